@@ -1,0 +1,44 @@
+"""kmq: SQS-style queues with per-message acknowledgement on Apache Kafka."""
+
+from kmq.config import Config
+from kmq.consumer import Consumer
+from kmq.errors import (
+    ConfigError,
+    ConsumerClosedError,
+    DeliveryError,
+    InvalidQueueNameError,
+    KafkaClientError,
+    KmqError,
+    MarkerDecodeError,
+    MessageSettledError,
+    PayloadError,
+    PayloadTooLargeError,
+    Reject,
+    TopicError,
+)
+from kmq.markers import MessageId
+from kmq.message import Message
+from kmq.producer import Producer
+from kmq.service import Queue, Service
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Consumer",
+    "ConsumerClosedError",
+    "DeliveryError",
+    "InvalidQueueNameError",
+    "KafkaClientError",
+    "KmqError",
+    "MarkerDecodeError",
+    "Message",
+    "MessageId",
+    "MessageSettledError",
+    "PayloadError",
+    "PayloadTooLargeError",
+    "Producer",
+    "Queue",
+    "Reject",
+    "Service",
+    "TopicError",
+]

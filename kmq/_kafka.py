@@ -1,0 +1,180 @@
+"""The confluent-kafka edge: client settings kmq relies on, error classification, record conversion."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka import Producer as KafkaProducer
+
+from kmq.config import Config
+from kmq.errors import DeliveryError, KafkaClientError
+from kmq.markers import MessageId
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+HEADER_DELIVERY_COUNT = "kmq-delivery-count"
+HEADER_FIRST_ID = "kmq-first-message-id"
+HEADER_ENQUEUED_AT = "kmq-enqueued-at-ms"
+HEADER_DLQ_REASON = "kmq-dead-letter-reason"
+HEADER_DLQ_QUEUE = "kmq-queue"
+RESERVED_HEADER_PREFIX = "kmq-"
+
+TRACKER_GROUP = "kafka-mq-redelivery"
+
+# Commit errors that mean this member no longer owns its partitions: retrying cannot succeed.
+OWNERSHIP_LOST = frozenset({
+    KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.FENCED_INSTANCE_ID, getattr(KafkaError, "STALE_MEMBER_EPOCH", -10_000),
+    KafkaError._ASSIGNMENT_LOST, KafkaError._STATE,
+})
+
+
+def consumer_group(queue: str) -> str:
+    """kafka-mq-go's group name, so Go and Python consumers of one queue share a group."""
+    return f"kafka-mq-{queue}"
+
+
+def _librdkafka_logger() -> logging.Logger:
+    logger = logging.getLogger("kmq.librdkafka")
+    logger.setLevel(logging.WARNING)
+    return logger
+
+
+def base_settings(config: Config, client_id: str) -> dict[str, Any]:
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id,
+                                "logger": _librdkafka_logger()}
+    settings.update(config.kafka)
+    return settings
+
+
+def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
+    return {
+        **base_settings(config, client_id),
+        "enable.idempotence": True,
+        # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one.
+        "partitioner": "random",
+        "linger.ms": 5,
+        "message.max.bytes": config.max_payload_bytes + 100_000,
+    }
+
+
+def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
+    return {
+        **base_settings(config, client_id),
+        "enable.idempotence": True,  # implies acks=all and keeps a queue's markers in order across retries
+        "partitioner": "murmur2_random",  # Java-compatible: a queue's markers share one partition with Go's
+        "linger.ms": 2,
+        # A Start carries the payload plus its headers and the marker fields.
+        "message.max.bytes": config.max_payload_bytes + 200_000,
+    }
+
+
+def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, Any]:
+    settings = {
+        **base_settings(config, client_id),
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "enable.partition.eof": False,
+    }
+    if config.client_id:
+        settings["group.instance.id"] = config.client_id
+    return settings
+
+
+def client_error(err: KafkaError, what: str) -> KafkaClientError:
+    return KafkaClientError(f"{what}: {err.str()} ({err.name()})", retriable=err.retriable(), code=err.code())
+
+
+def raise_from(exc: KafkaException, what: str) -> KafkaClientError:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is None:
+        return KafkaClientError(f"{what}: {exc}")
+    return client_error(err, what)
+
+
+def message_id(record: KafkaMessage) -> MessageId:
+    return MessageId(record.partition() or 0, record.offset() or 0)
+
+
+def topic_partition(record: KafkaMessage) -> TopicPartition:
+    return TopicPartition(record.topic() or "", record.partition() or 0)
+
+
+def header_dict(record: KafkaMessage) -> dict[str, bytes]:
+    headers: list[tuple[str, bytes]] = record.headers() or []  # type: ignore[assignment]
+    return {k: v or b"" for k, v in headers}
+
+
+def record_timestamp_ms(record: KafkaMessage) -> int:
+    kind, ts = record.timestamp()
+    return int(ts) if kind != 0 and ts is not None and ts >= 0 else 0
+
+
+class PolledProducer:
+    """A confluent Producer with a thread serving delivery callbacks, and per-record futures."""
+
+    def __init__(self, settings: dict[str, Any], name: str) -> None:
+        self._producer = KafkaProducer(settings)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"kmq-{name}-poll", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None,
+                headers: Sequence[tuple[str, bytes]] | None = None,
+                on_done: Callable[[KafkaError | None, KafkaMessage], None] | None = None) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_done}
+        if headers:
+            kwargs["headers"] = list(headers)
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                # librdkafka's local queue is full: wait for deliveries to drain it instead of failing.
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise raise_from(exc, f"cannot produce to {topic}") from exc
+
+    def produce_future(self, topic: str, value: bytes, key: bytes | None,
+                       headers: Sequence[tuple[str, bytes]] | None = None) -> Future[MessageId]:
+        future: Future[MessageId] = Future()
+        future.set_running_or_notify_cancel()
+
+        def done(err: KafkaError | None, record: KafkaMessage) -> None:
+            if err is not None:
+                future.set_exception(DeliveryError(f"delivery to {topic} failed: {err.str()}",
+                                                   retriable=err.retriable(), code=err.code()))
+            else:
+                future.set_result(message_id(record))
+
+        self.produce(topic, value, key, headers, done)
+        return future
+
+    def flush(self, timeout_s: float) -> int:
+        return int(self._producer.flush(timeout_s))
+
+    def close(self, timeout_s: float = 10.0) -> int:
+        if self._closed.is_set():
+            return 0
+        remaining = self.flush(timeout_s)
+        self._closed.set()
+        self._thread.join()
+        return remaining
+
+    @property
+    def client(self) -> KafkaProducer:
+        return self._producer

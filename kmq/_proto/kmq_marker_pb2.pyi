@@ -1,0 +1,78 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MessageID(_message.Message):
+    __slots__ = ("partition", "offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class Marker(_message.Message):
+    __slots__ = ("version", "type", "message_id", "redeliver_after_ms", "key", "value", "delivery_count", "first_message_id", "enqueued_at_ms", "client_id", "instance_id", "headers", "end_reason", "reason")
+    class Version(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        V1: _ClassVar[Marker.Version]
+    V1: Marker.Version
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        START: _ClassVar[Marker.Type]
+        END: _ClassVar[Marker.Type]
+        KEEPALIVE: _ClassVar[Marker.Type]
+    START: Marker.Type
+    END: Marker.Type
+    KEEPALIVE: Marker.Type
+    class EndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACKED: _ClassVar[Marker.EndReason]
+        REJECTED: _ClassVar[Marker.EndReason]
+        REDELIVERED: _ClassVar[Marker.EndReason]
+        DEAD_LETTERED: _ClassVar[Marker.EndReason]
+    ACKED: Marker.EndReason
+    REJECTED: Marker.EndReason
+    REDELIVERED: Marker.EndReason
+    DEAD_LETTERED: Marker.EndReason
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    END_REASON_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    version: Marker.Version
+    type: Marker.Type
+    message_id: MessageID
+    redeliver_after_ms: int
+    key: bytes
+    value: bytes
+    delivery_count: int
+    first_message_id: MessageID
+    enqueued_at_ms: int
+    client_id: str
+    instance_id: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    end_reason: Marker.EndReason
+    reason: str
+    def __init__(self, version: _Optional[_Union[Marker.Version, str]] = ..., type: _Optional[_Union[Marker.Type, str]] = ..., message_id: _Optional[_Union[MessageID, _Mapping]] = ..., redeliver_after_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delivery_count: _Optional[int] = ..., first_message_id: _Optional[_Union[MessageID, _Mapping]] = ..., enqueued_at_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., end_reason: _Optional[_Union[Marker.EndReason, str]] = ..., reason: _Optional[str] = ...) -> None: ...

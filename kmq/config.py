@@ -1,0 +1,221 @@
+"""kmq's configuration: one frozen, validated value, loadable from code, YAML (kafka-mq-go's keys too) and env."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kmq.errors import ConfigError
+
+MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
+MAX_QUEUE_NAME_LENGTH = 200
+ENV_PREFIX = "KMQ_"
+
+# librdkafka settings kmq sets itself; passing them through `kafka` would break its guarantees.
+OWNED_KAFKA_KEYS = frozenset({
+    "bootstrap.servers", "group.id", "group.instance.id", "enable.auto.commit", "enable.auto.offset.store",
+    "auto.offset.reset", "partitioner", "enable.idempotence", "acks", "partition.assignment.strategy",
+})
+SECRET_KAFKA_KEYS = frozenset({"sasl.password", "sasl.oauthbearer.client.secret", "ssl.key.password",
+                               "ssl.keystore.password", "ssl.key.pem", "sasl.oauthbearer.config"})
+
+# kafka-mq-go's YAML keys (durations in ms) → kmq's field names.
+GO_KEYS = {
+    "bootstrap-servers": "bootstrap_servers",
+    "message-topic": "message_topic",
+    "marker-topic": "marker_topic",
+    "redelivery-timeout": "redelivery_timeout_ms",
+    "consumer-receive-buffer-capacity": "receive_buffer_capacity",
+    "consumer-next-message-timeout": "next_message_timeout_ms",
+    "consumer-max-messages-per-commit": "max_messages_per_commit",
+    "redelivery-tracker.use-now-if-no-marker-seen": "use_now_if_no_marker_seen_ms",
+    "redelivery-tracker.num-offsets-per-commit": "num_offsets_per_commit",
+}
+
+
+def _positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(name, f"must be a positive integer, got {value!r}")
+
+
+def _non_negative(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(name, f"must be a non-negative integer, got {value!r}")
+
+
+def _topic(name: str, value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, "must not be empty")
+    if len(value) > 249 or not all(c.isalnum() or c in "._-" for c in value):
+        raise ConfigError(name, f"{value!r} is not a legal Kafka topic name ([a-zA-Z0-9._-], at most 249)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """Everything the library, the tracker and the CLI need; every field is checked at construction.
+
+    Durations are integer milliseconds (``*_ms``). ``kafka`` passes extra librdkafka settings
+    (``security.protocol``, ``sasl.*``, ``ssl.*`` …) to every client kmq creates.
+    """
+
+    bootstrap_servers: str
+    message_topic: str = "kmq.messages"
+    marker_topic: str = "kmq.markers"
+    #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
+    dead_letter_topic: str = ""
+    redelivery_timeout_ms: int = 60_000
+    #: Records read from Kafka (Start written, committed) and waiting for ``receive``.
+    receive_buffer_capacity: int = 100
+    #: Messages handed out and not yet settled; when reached the consumer pauses fetching.
+    max_in_flight: int = 1_000
+    max_messages_per_commit: int = 1_000
+    next_message_timeout_ms: int = 1_000
+    max_payload_bytes: int = 900_000
+    #: Deliveries after which a message is dead-lettered instead of redelivered; 0 = never (SQS maxReceiveCount).
+    max_deliveries: int = 0
+    #: Stable consumer identity; becomes ``group.instance.id`` (static membership) when set.
+    client_id: str = ""
+    connect_timeout_ms: int = 10_000
+    use_now_if_no_marker_seen_ms: int = 0
+    num_offsets_per_commit: int = 1_000
+    tracker_commit_interval_ms: int = 1_000
+    metrics_port: int = 0
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap_servers", "must not be empty")
+        _topic("message_topic", self.message_topic)
+        _topic("marker_topic", self.marker_topic)
+        if self.dead_letter_topic:
+            _topic("dead_letter_topic", self.dead_letter_topic)
+        if self.marker_topic == self.message_topic:
+            raise ConfigError("marker_topic", "must differ from message_topic")
+        _positive("redelivery_timeout_ms", self.redelivery_timeout_ms)
+        if self.redelivery_timeout_ms > MAX_REDELIVERY_TIMEOUT_MS:
+            raise ConfigError("redelivery_timeout_ms",
+                              f"{self.redelivery_timeout_ms} is more than 12 h ({MAX_REDELIVERY_TIMEOUT_MS})")
+        if self.redelivery_timeout_ms < 2:
+            raise ConfigError("redelivery_timeout_ms", "must be at least 2 ms (keep-alives run every half)")
+        for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit",
+                     "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
+                     "num_offsets_per_commit", "tracker_commit_interval_ms"):
+            _positive(name, getattr(self, name))
+        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port"):
+            _non_negative(name, getattr(self, name))
+        if self.metrics_port > 65535:
+            raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
+        if self.client_id and not self.client_id.isprintable():
+            raise ConfigError("client_id", "must be printable")
+        self._check_kafka()
+
+    def _check_kafka(self) -> None:
+        if not isinstance(self.kafka, Mapping):
+            raise ConfigError("kafka", "must be a mapping of librdkafka settings")
+        for key, value in self.kafka.items():
+            if key in OWNED_KAFKA_KEYS:
+                raise ConfigError(f"kafka.{key}", "is set by kmq itself and cannot be overridden")
+            if not isinstance(value, str | int | float | bool):
+                raise ConfigError(f"kafka.{key}", f"must be a scalar, got {type(value).__name__}")
+        # A copy, so a caller mutating its dict cannot change a frozen config.
+        object.__setattr__(self, "kafka", MappingProxyType({k: str(v) for k, v in self.kafka.items()}))
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.dead_letter_topic or f"{self.message_topic}.dlq"
+
+    @property
+    def keep_alive_interval_ms(self) -> int:
+        return self.redelivery_timeout_ms // 2
+
+    def redacted_kafka(self) -> dict[str, str]:
+        """The passthrough settings with secrets replaced, for logs."""
+        return {k: ("***" if k in SECRET_KAFKA_KEYS else v) for k, v in self.kafka.items()}
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> Config:
+        """Builds a config from kmq's field names or kafka-mq-go's YAML keys; unknown keys are errors."""
+        return cls(**_normalise(data))
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+        """Loads a YAML file, then applies ``KMQ_*`` environment overrides (``env`` defaults to os.environ)."""
+        import yaml
+
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError("config_file", f"cannot read {path}: {err.strerror}") from err
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError("config_file", f"{path} is not valid YAML: {err}") from err
+        if not isinstance(data, Mapping):
+            raise ConfigError("config_file", f"{path} must hold a mapping of settings")
+        return cls.load(data, env)
+
+    @classmethod
+    def load(cls, data: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Config:
+        """Builds a config from ``data`` with ``KMQ_<FIELD>`` environment variables on top."""
+        merged = _normalise(data or {})
+        overrides = _from_env(os.environ if env is None else env)
+        if "kafka" in overrides:
+            overrides["kafka"] = {**merged.get("kafka", {}), **overrides["kafka"]}
+        merged.update(overrides)
+        if "bootstrap_servers" not in merged:
+            raise ConfigError("bootstrap_servers", "missing: set it in the config file or KMQ_BOOTSTRAP_SERVERS")
+        return cls(**merged)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for raw_key, value in _flatten(data):
+        key = GO_KEYS.get(raw_key, raw_key.replace("-", "_"))
+        if key not in _FIELDS:
+            raise ConfigError(raw_key, "unknown configuration key")
+        out[key] = value
+    return out
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if name == "kafka":
+            items.append((name, dict(value or {})))
+        elif isinstance(value, Mapping):
+            items.extend(_flatten(value, f"{name}."))
+        else:
+            items.append((name, value))
+    return items
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, fld in _FIELDS.items():
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is None or name == "kafka":
+            continue
+        if fld.type in ("int", int):
+            try:
+                out[name] = int(raw)
+            except ValueError:
+                raise ConfigError(name, f"{ENV_PREFIX}{name.upper()}={raw!r} is not an integer") from None
+        else:
+            out[name] = raw
+    kafka = {k[len(ENV_PREFIX) + 6:].lower().replace("_", "."): v
+             for k, v in env.items() if k.startswith(ENV_PREFIX + "KAFKA_")}
+    if kafka:
+        out["kafka"] = kafka
+    return out

@@ -1,0 +1,74 @@
+"""One error hierarchy for kmq, rooted at KmqError."""
+
+from __future__ import annotations
+
+
+class KmqError(Exception):
+    """Raised for every kmq failure; catch this to handle them all."""
+
+
+class ConfigError(KmqError, ValueError):
+    """Raised when a configuration value is invalid; ``field`` names the offending key."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"invalid config: {field}: {message}")
+        self.field = field
+
+
+class InvalidQueueNameError(KmqError, ValueError):
+    """Raised when a queue name is empty, too long or not printable."""
+
+
+class PayloadError(KmqError, TypeError):
+    """Raised when a payload or its headers are not of a type kmq can send."""
+
+
+class PayloadTooLargeError(KmqError, ValueError):
+    """Raised when a payload exceeds the configured ``max_payload_bytes``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"payload of {size} bytes exceeds max_payload_bytes={limit}")
+        self.size = size
+        self.limit = limit
+
+
+class KafkaClientError(KmqError):
+    """Raised when Kafka refuses or fails an operation; ``retriable`` says whether trying again may work."""
+
+    def __init__(self, message: str, *, retriable: bool = False, code: int | None = None) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.code = code
+
+
+class DeliveryError(KafkaClientError):
+    """Raised when a record could not be written durably to Kafka within the time allowed."""
+
+
+class TopicError(KmqError):
+    """Raised when a kmq topic is missing or configured in a way kmq cannot rely on."""
+
+
+class MarkerDecodeError(KmqError):
+    """Raised when a markers-topic record is not a valid marker; keeps the raw bytes and where they came from."""
+
+    def __init__(self, reason: str, raw: bytes | None, *, topic: str = "", partition: int = -1,
+                 offset: int = -1) -> None:
+        super().__init__(f"malformed marker at {topic}[{partition}]@{offset}: {reason}")
+        self.reason = reason
+        self.raw = raw
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class MessageSettledError(KmqError):
+    """Raised when ack, release or reject is called on a message that was already settled."""
+
+
+class ConsumerClosedError(KmqError):
+    """Raised when a closed consumer is used, or a message is settled after its consumer closed."""
+
+
+class Reject(KmqError):
+    """Raised by a worker handler to reject a message for good (dead letter, never redelivered)."""

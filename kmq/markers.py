@@ -1,0 +1,138 @@
+"""The marker codec: kmq's marker values ⇄ protobuf bytes, byte-compatible with kafka-mq-go (fields 1-6).
+
+Pure: no Kafka imports. Decoding never trusts its input: anything that is not a well-formed marker raises
+MarkerDecodeError, which callers log, count and skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from google.protobuf.message import DecodeError
+
+from kmq._proto import kmq_marker_pb2 as pb
+from kmq.errors import MarkerDecodeError
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+class MarkerType(IntEnum):
+    START = 0
+    END = 1
+    KEEPALIVE = 2
+
+
+class EndReason(IntEnum):
+    ACKED = 0
+    REJECTED = 1
+    REDELIVERED = 2
+    DEAD_LETTERED = 3
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageId:
+    """Where a record sits on the messages topic: (partition, offset)."""
+
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> MessageId:
+        partition, _, offset = text.partition(":")
+        return cls(int(partition), int(offset))
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver)."""
+
+    type: MarkerType
+    message_id: MessageId
+    redeliver_after_ms: int = 0
+    key: bytes = b""
+    value: bytes = b""
+    # kmq extensions; 0 / "" / None mean "written by kafka-mq-go" (unknown).
+    delivery_count: int = 0
+    first_message_id: MessageId | None = None
+    enqueued_at_ms: int = 0
+    client_id: str = ""
+    instance_id: str = ""
+    headers: Headers = ()
+    end_reason: EndReason = EndReason.ACKED
+    reason: str = ""
+
+    @property
+    def queue(self) -> str:
+        return self.key.decode("utf-8", "replace")
+
+    @property
+    def origin_id(self) -> MessageId:
+        """The first delivery's message id, which links redelivered copies to the original."""
+        return self.first_message_id or self.message_id
+
+
+def encode(marker: Marker) -> bytes:
+    """Serialises a marker; fields 1-6 exactly as kafka-mq-go writes them (message_id always present)."""
+    msg = pb.Marker(
+        type=marker.type.name,
+        # Built through the constructor so partition 0 / offset 0 is still written (bytes 1a 00), as Go does.
+        message_id=pb.MessageID(partition=marker.message_id.partition, offset=marker.message_id.offset),
+        redeliver_after_ms=marker.redeliver_after_ms,
+        key=marker.key,
+        value=marker.value,
+        delivery_count=marker.delivery_count,
+        enqueued_at_ms=marker.enqueued_at_ms,
+        client_id=marker.client_id,
+        instance_id=marker.instance_id,
+        headers=[pb.Header(key=k, value=v) for k, v in marker.headers],
+        end_reason=marker.end_reason.name,
+        reason=marker.reason,
+    )
+    if marker.first_message_id is not None:
+        msg.first_message_id.CopyFrom(pb.MessageID(partition=marker.first_message_id.partition,
+                                                   offset=marker.first_message_id.offset))
+    return msg.SerializeToString()
+
+
+def decode(data: bytes | None) -> Marker:
+    """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
+    if not data:
+        # An empty value parses as a START without message id: it crashes the Go tracker, so never accept it.
+        raise MarkerDecodeError("empty value", data)
+    msg = pb.Marker()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError as err:
+        raise MarkerDecodeError(f"not a protobuf Marker ({err})", data) from err
+    if msg.version != pb.Marker.V1:
+        raise MarkerDecodeError(f"unknown marker version {msg.version}", data)
+    if msg.type not in MarkerType._value2member_map_:
+        raise MarkerDecodeError(f"unknown marker type {msg.type}", data)
+    if not msg.HasField("message_id"):
+        raise MarkerDecodeError("no message_id", data)
+    if msg.message_id.partition < 0 or msg.message_id.offset < 0:
+        raise MarkerDecodeError("negative message_id", data)
+    kind = MarkerType(msg.type)
+    if kind is MarkerType.START and not msg.key:
+        raise MarkerDecodeError("START without a key (queue id)", data)
+    return Marker(
+        type=kind,
+        message_id=MessageId(msg.message_id.partition, msg.message_id.offset),
+        redeliver_after_ms=msg.redeliver_after_ms,
+        key=msg.key,
+        value=msg.value,
+        delivery_count=msg.delivery_count,
+        first_message_id=(MessageId(msg.first_message_id.partition, msg.first_message_id.offset)
+                          if msg.HasField("first_message_id") else None),
+        enqueued_at_ms=msg.enqueued_at_ms,
+        client_id=msg.client_id,
+        instance_id=msg.instance_id,
+        headers=tuple((h.key, h.value) for h in msg.headers),
+        end_reason=(EndReason(msg.end_reason) if msg.end_reason in EndReason._value2member_map_
+                    else EndReason.ACKED),
+        reason=msg.reason,
+    )

@@ -1,0 +1,91 @@
+"""Message: one delivery of a queued payload, and the handle a worker settles it with (ack, release, reject)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from kmq.errors import MessageSettledError
+from kmq.markers import MessageId
+
+
+class Settler(Protocol):
+    """What a Message needs from the consumer that delivered it."""
+
+    def _ack(self, message: Message) -> None: ...
+    def _release(self, message: Message, delay_ms: int) -> None: ...
+    def _reject(self, message: Message, reason: str) -> None: ...
+    def _keep_alive(self, message: Message) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Message:
+    """A delivered message. Settle it exactly once with ``ack``, ``release`` or ``reject``, from any thread.
+
+    Until then kmq keeps it alive (KeepAlive markers every redelivery timeout / 2); if the process dies,
+    the redelivery tracker hands it to another consumer with ``delivery_count`` + 1.
+    """
+
+    payload: bytes
+    headers: dict[str, bytes]
+    queue: str
+    message_id: MessageId
+    #: 1 on first delivery, n on the n-th.
+    delivery_count: int
+    #: The first delivery's id; equal to ``message_id`` on first delivery.
+    first_message_id: MessageId
+    enqueued_at_ms: int
+    _settler: Settler = field(repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _settled_as: str = field(default="", repr=False)
+    _next_keep_alive: float = field(default=0.0, repr=False)
+
+    @property
+    def enqueued_at(self) -> datetime:
+        return datetime.fromtimestamp(self.enqueued_at_ms / 1000, UTC)
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    @property
+    def settled(self) -> bool:
+        return bool(self._settled_as)
+
+    def ack(self) -> None:
+        """Marks the message done (End marker); it is never delivered again."""
+        self._settle("ack")
+        self._settler._ack(self)
+
+    def release(self, delay: float = 0.0) -> None:
+        """Gives the message back for redelivery, now or after ``delay`` seconds."""
+        if delay < 0:
+            raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
+        self._settle("release")
+        self._settler._release(self, round(delay * 1000))
+
+    def reject(self, reason: str = "") -> None:
+        """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""
+        self._settle("reject")
+        self._settler._reject(self, reason)
+
+    def keep_alive(self) -> None:
+        """Extends the deadline now; automatic keep-alives already run while the message is unsettled."""
+        if self.settled:
+            raise MessageSettledError(f"message {self.message_id} of queue {self.queue!r} is already settled "
+                                      f"({self._settled_as})")
+        self._settler._keep_alive(self)
+
+    def _settle(self, how: str) -> None:
+        with self._lock:
+            if self._settled_as:
+                raise MessageSettledError(f"cannot {how} message {self.message_id} of queue {self.queue!r}: "
+                                          f"already settled ({self._settled_as})")
+            self._settled_as = how
+
+    def _unsettle(self) -> None:
+        # Only when the settle itself failed before anything was written, so the caller may try again.
+        with self._lock:
+            self._settled_as = ""

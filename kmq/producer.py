@@ -1,0 +1,112 @@
+"""Producer: puts payloads on one logical queue (record key = queue id) of the shared messages topic."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from types import TracebackType
+
+import structlog
+
+from kmq import _kafka
+from kmq.config import Config
+from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
+from kmq.markers import MessageId
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+Payload = bytes | bytearray | memoryview
+HeadersIn = Mapping[str, bytes | str] | None
+DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
+
+
+def check_payload(payload: object, limit: int) -> bytes:
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise PayloadError(f"payload must be bytes-like, got {type(payload).__name__}; encode it first")
+    data = bytes(payload)
+    if len(data) > limit:
+        raise PayloadTooLargeError(len(data), limit)
+    return data
+
+
+def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    for key, value in (headers or {}).items():
+        if not isinstance(key, str) or not key:
+            raise PayloadError(f"header names must be non-empty strings, got {key!r}")
+        if key.startswith(_kafka.RESERVED_HEADER_PREFIX):
+            raise PayloadError(f"header {key!r}: the prefix {_kafka.RESERVED_HEADER_PREFIX!r} is reserved for kmq")
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes):
+            raise PayloadError(f"header {key!r} must be bytes or str, got {type(value).__name__}")
+        out.append((key, value))
+    return out
+
+
+class Producer:
+    """Sends messages to one queue. Thread-safe; use as a context manager or call ``close()``.
+
+    ``send`` blocks until the record is durable (acks=all, idempotent); ``send_async`` returns a Future.
+    """
+
+    def __init__(self, config: Config, queue: str) -> None:
+        self._config = config
+        self._queue = queue
+        self._key = queue.encode()
+        self._client = _kafka.PolledProducer(
+            _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}")
+        self._closed = False
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    def send_async(self, payload: Payload, headers: HeadersIn = None,
+                   on_delivery: DeliveryCallback | None = None) -> Future[MessageId]:
+        """Queues one message; the Future resolves to its MessageId once durable, or raises DeliveryError."""
+        if self._closed:
+            raise KmqError(f"producer for queue {self._queue!r} is closed")
+        data = check_payload(payload, self._config.max_payload_bytes)
+        future = self._client.produce_future(self._config.message_topic, data, self._key, check_headers(headers))
+        if on_delivery is not None:
+            callback = on_delivery
+
+            def report(done: Future[MessageId]) -> None:
+                err = done.exception()
+                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
+
+            future.add_done_callback(report)
+        return future
+
+    def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None) -> MessageId:
+        """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout."""
+        wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
+        future = self.send_async(payload, headers)
+        try:
+            return future.result(wait_s)
+        except concurrent.futures.TimeoutError:
+            raise DeliveryError(
+                f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "
+                f"is Kafka reachable at {self._config.bootstrap_servers}?", retriable=True) from None
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Waits for every queued message; returns how many are still undelivered after ``timeout``."""
+        return self._client.flush(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flushes, then releases the client. Messages still undelivered after ``timeout`` are logged."""
+        if self._closed:
+            return
+        self._closed = True
+        remaining = self._client.close(timeout)
+        if remaining:
+            log.warning("producer_closed_with_undelivered", queue=self._queue, undelivered=remaining)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,63 @@
+"""Service and Queue: the entry points that hand out producers and consumers of named logical queues."""
+
+from __future__ import annotations
+
+from kmq.config import MAX_QUEUE_NAME_LENGTH, Config
+from kmq.consumer import Consumer
+from kmq.errors import InvalidQueueNameError
+from kmq.producer import Producer
+from kmq.topics import TopicStatus, check_topics, create_topics
+
+
+def validate_queue_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidQueueNameError(f"queue name must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidQueueNameError("queue name must not be empty")
+    if len(name.encode()) > MAX_QUEUE_NAME_LENGTH:
+        raise InvalidQueueNameError(f"queue name {name[:20]!r}… is {len(name.encode())} bytes; "
+                                    f"the limit is {MAX_QUEUE_NAME_LENGTH}")
+    if not name.isprintable() or name != name.strip():
+        raise InvalidQueueNameError(f"queue name {name!r} must be printable, without surrounding spaces")
+    return name
+
+
+class Queue:
+    """One logical queue on the shared messages topic."""
+
+    def __init__(self, config: Config, name: str) -> None:
+        self.config = config
+        self.name = validate_queue_name(name)
+
+    def producer(self) -> Producer:
+        return Producer(self.config, self.name)
+
+    def consumer(self) -> Consumer:
+        """A consumer in group ``kafka-mq-<name>``; it starts fetching at once."""
+        return Consumer(self.config, self.name)
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+
+class Service:
+    """Hands out queues that share one configuration (broker, topics, timeouts)."""
+
+    def __init__(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise TypeError(f"Service needs a kmq.Config, got {type(config).__name__}")
+        self.config = config
+        self._queues: dict[str, Queue] = {}
+
+    def queue(self, name: str) -> Queue:
+        if name not in self._queues:
+            self._queues[name] = Queue(self.config, name)
+        return self._queues[name]
+
+    def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
+                      replication_factor: int = 1) -> list[TopicStatus]:
+        return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
+                             replication_factor=replication_factor)
+
+    def check_topics(self) -> dict[str, int]:
+        return check_topics(self.config)

@@ -1,0 +1,358 @@
+"""A single-node Apache Kafka (KRaft) broker from Maven Central jars, for tests, demos and benches.
+
+The jars are resolved once with Maven into a cache (``~/.cache/kmq/kafka-<version>/libs``); each broker
+gets a fresh temporary directory with its own ``server.properties``, ``log4j2.properties`` and data.
+
+Three ways to use it: ``with LocalKafka() as broker: broker.bootstrap_servers``; the pytest session
+fixture in ``tests/conftest.py``; and ``python -m kmq.testing.broker up|down|status`` (``make kafka-up``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from kmq.errors import KmqError
+
+KAFKA_VERSION = os.environ.get("KMQ_KAFKA_VERSION", "4.4.0")
+POM = Path(__file__).with_name("kafka-pom.xml")
+DEFAULT_HEAP = "768m"
+_PR_SET_PDEATHSIG = 1
+
+
+class BrokerError(KmqError):
+    """Raised when the local Kafka broker cannot be fetched, started or reached; the message names the cause."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("KMQ_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kmq"
+    )
+    return Path(base)
+
+
+def libs_dir(version: str = KAFKA_VERSION) -> Path:
+    return cache_root() / f"kafka-{version}" / "libs"
+
+
+def fetch_jars(version: str = KAFKA_VERSION, *, log: bool = True) -> Path:
+    """Resolve kafka_2.13:<version> and its runtime jars into the cache; a no-op when already there."""
+    libs = libs_dir(version)
+    stamp = libs / ".complete"
+    if stamp.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise BrokerError("Maven (mvn) is not on PATH: it is needed once to fetch the Kafka jars")
+    libs.mkdir(parents=True, exist_ok=True)
+    if log:
+        print(f"kmq: fetching Apache Kafka {version} jars from Maven Central into {libs} ...", file=sys.stderr)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kmq-mvn-") as build_dir:
+        cmd = [
+            mvn, "-B", "-q", "-f", str(POM), "package",
+            f"-Dkafka.version={version}", f"-Dkafka.libs={libs}",
+            f"-Dproject.build.directory={build_dir}",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise BrokerError(
+            f"Maven could not resolve org.apache.kafka:kafka_2.13:{version} "
+            f"(is Maven Central reachable?):\n{tail}"
+        )
+    stamp.write_text(version)
+    if log:
+        size_mb = sum(p.stat().st_size for p in libs.glob("*.jar")) / 1e6
+        print(f"kmq: fetched {size_mb:.0f} MB of jars in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return libs
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def server_properties(port: int, controller_port: int, data_dir: Path,
+                      overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The broker+controller config of one KRaft node on 127.0.0.1, tuned for one machine's tests."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        # The internal topics default to RF 3 / min ISR 2 and 50 partitions, which a single node cannot host.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "3",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "3",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "3",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+    props.update(overrides or {})
+    return props
+
+
+def log4j2_properties(log_file: Path) -> str:
+    return "\n".join([
+        "status = warn",
+        "appender.file.type = File",
+        "appender.file.name = FILE",
+        f"appender.file.fileName = {log_file}",
+        "appender.file.layout.type = PatternLayout",
+        "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = INFO",
+        "rootLogger.appenderRef.file.ref = FILE",
+        "logger.state.name = state.change.logger",
+        "logger.state.level = WARN",
+        "",
+    ])
+
+
+def render_properties(props: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _die_with_parent() -> None:
+    # Linux only: the JVM gets SIGTERM if the Python process that started it dies, even by SIGKILL.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class LocalKafka:
+    """One KRaft broker process; a context manager that starts it and stops it with no JVM left behind."""
+
+    port: int | None = None
+    version: str = KAFKA_VERSION
+    heap: str = DEFAULT_HEAP
+    start_timeout_s: float = 90.0
+    detached: bool = False
+    overrides: dict[str, str] = field(default_factory=dict)
+    work_dir: Path | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    start_seconds: float = field(default=0.0, init=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        assert self.work_dir is not None
+        return self.work_dir / "broker.log"
+
+    def start(self) -> LocalKafka:
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("Java is not on PATH: the local Kafka broker needs Java 17 or newer")
+        if self.port is not None and port_in_use(self.port):
+            raise BrokerError(f"port {self.port} on 127.0.0.1 is already in use: cannot start Kafka there")
+        libs = fetch_jars(self.version)
+        started = time.monotonic()
+        self.port = self.port or free_port()
+        controller_port = free_port()
+        self.work_dir = self.work_dir or Path(tempfile.mkdtemp(prefix="kmq-kafka-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        props_file = self.work_dir / "server.properties"
+        props = server_properties(self.port, controller_port, self.work_dir / "data", self.overrides)
+        props_file.write_text(render_properties(props))
+        log4j = self.work_dir / "log4j2.properties"
+        log4j.write_text(log4j2_properties(self.log_file))
+        classpath = f"{libs}/*"
+        jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+               f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(),
+             "-c", str(props_file)], capture_output=True, text=True, check=False)
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        out = open(self.work_dir / "stdout.log", "wb")  # noqa: SIM115 - handed to the child
+        self.process = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(props_file)], stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=self.detached,
+            preexec_fn=None if self.detached else _die_with_parent)
+        out.close()
+        try:
+            self._wait_ready(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def _wait_ready(self, started: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = started + self.start_timeout_s
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise BrokerError(f"Kafka exited with code {self.process.returncode} during start-up:\n"
+                                  f"{self.log_tail()}")
+            try:
+                admin.list_topics(timeout=2)
+                return
+            except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+                time.sleep(0.2)
+        raise BrokerError(f"Kafka did not answer within {self.start_timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        texts = []
+        for name in ("stdout.log", "broker.log"):
+            path = (self.work_dir or Path("/nonexistent")) / name
+            if path.exists():
+                texts.extend(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(texts[-lines:]) or "(no broker log)"
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if self.work_dir is not None and not self.detached:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def local_kafka(**kwargs: object) -> Iterator[LocalKafka]:
+    broker = LocalKafka(**kwargs)  # type: ignore[arg-type]
+    with broker:
+        yield broker
+
+
+# --- `make kafka-up` / `make kafka-down`: a broker that outlives the command that started it -----------
+
+def _state_file() -> Path:
+    return cache_root() / "run" / "broker.json"
+
+
+def up(port: int | None) -> str:
+    state = _state_file()
+    if state.exists():
+        info = json.loads(state.read_text())
+        if _alive(int(info["pid"])):
+            return str(info["bootstrap"])
+        state.unlink()
+    work = cache_root() / "run" / "broker"
+    shutil.rmtree(work, ignore_errors=True)
+    broker = LocalKafka(port=port, detached=True, work_dir=work).start()
+    assert broker.process is not None
+    state.write_text(json.dumps({"pid": broker.process.pid, "bootstrap": broker.bootstrap_servers,
+                                 "dir": str(work)}))
+    print(f"kmq: Kafka {broker.version} up in {broker.start_seconds:.1f}s, log {broker.log_file}",
+          file=sys.stderr)
+    return broker.bootstrap_servers
+
+
+def down() -> bool:
+    state = _state_file()
+    if not state.exists():
+        return False
+    info = json.loads(state.read_text())
+    pid = int(info["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    state.unlink()
+    shutil.rmtree(info["dir"], ignore_errors=True)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (our own exited child) still answers kill 0.
+    with contextlib.suppress(OSError):
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kmq.testing.broker",
+                                     description="Run a local single-node Kafka broker from Maven jars.")
+    parser.add_argument("command", choices=["up", "down", "status", "fetch"])
+    parser.add_argument("--port", type=int, default=None, help="PLAINTEXT port (default: a free one)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            print(fetch_jars())
+        elif args.command == "up":
+            print(up(args.port))
+        elif args.command == "down":
+            print("kmq: Kafka stopped" if down() else "kmq: no local Kafka was running", file=sys.stderr)
+        else:
+            state = _state_file()
+            if not state.exists():
+                print("down")
+                return 1
+            print(json.loads(state.read_text())["bootstrap"])
+    except BrokerError as err:
+        print(f"kmq: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

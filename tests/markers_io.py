@@ -1,0 +1,51 @@
+"""Test helpers that read a whole topic back, decoded, within a time bound."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Message
+
+from kmq.markers import Marker, decode
+
+
+def read_topic(bootstrap: str, topic: str, *, until: Callable[[list[Message]], bool] | None = None,
+               timeout_s: float = 20.0, idle_s: float = 2.0) -> list[Message]:
+    """Every record of ``topic`` from the start; stops when ``until`` holds or after ``idle_s`` of silence."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    records: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = consumer.consume(500, 0.2)
+            good = [r for r in batch if r.error() is None]
+            records.extend(good)
+            if good:
+                last = time.monotonic()
+            if until is not None and until(records):
+                break
+            if until is None and records and time.monotonic() - last > idle_s:
+                break
+    finally:
+        consumer.close()
+    return records
+
+
+def read_markers(bootstrap: str, topic: str, *, until: Callable[[list[Marker]], bool] | None = None,
+                 timeout_s: float = 20.0) -> list[Marker]:
+    cond = None if until is None else (lambda recs: until([decode(r.value()) for r in recs]))
+    return [decode(r.value()) for r in read_topic(bootstrap, topic, until=cond, timeout_s=timeout_s)]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval_s)
+    return condition()

@@ -85,6 +85,7 @@ def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, A
         "enable.auto.offset.store": False,
         "partition.assignment.strategy": "cooperative-sticky",
         "enable.partition.eof": False,
+        **config.consumer_kafka,
     }
     if config.client_id:
         settings["group.instance.id"] = config.client_id

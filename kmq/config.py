@@ -86,6 +86,8 @@ class Config:
     tracker_commit_interval_ms: int = 1_000
     metrics_port: int = 0
     kafka: Mapping[str, str] = field(default_factory=dict)
+    #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
+    consumer_kafka: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -115,15 +117,17 @@ class Config:
         self._check_kafka()
 
     def _check_kafka(self) -> None:
-        if not isinstance(self.kafka, Mapping):
-            raise ConfigError("kafka", "must be a mapping of librdkafka settings")
-        for key, value in self.kafka.items():
-            if key in OWNED_KAFKA_KEYS:
-                raise ConfigError(f"kafka.{key}", "is set by kmq itself and cannot be overridden")
-            if not isinstance(value, str | int | float | bool):
-                raise ConfigError(f"kafka.{key}", f"must be a scalar, got {type(value).__name__}")
-        # A copy, so a caller mutating its dict cannot change a frozen config.
-        object.__setattr__(self, "kafka", MappingProxyType({k: str(v) for k, v in self.kafka.items()}))
+        for name in ("kafka", "consumer_kafka"):
+            settings = getattr(self, name)
+            if not isinstance(settings, Mapping):
+                raise ConfigError(name, "must be a mapping of librdkafka settings")
+            for key, value in settings.items():
+                if key in OWNED_KAFKA_KEYS:
+                    raise ConfigError(f"{name}.{key}", "is set by kmq itself and cannot be overridden")
+                if not isinstance(value, str | int | float | bool):
+                    raise ConfigError(f"{name}.{key}", f"must be a scalar, got {type(value).__name__}")
+            # A copy, so a caller mutating its dict cannot change a frozen config.
+            object.__setattr__(self, name, MappingProxyType({k: _scalar(v) for k, v in settings.items()}))
 
     @property
     def dlq_topic(self) -> str:
@@ -167,12 +171,17 @@ class Config:
         """Builds a config from ``data`` with ``KMQ_<FIELD>`` environment variables on top."""
         merged = _normalise(data or {})
         overrides = _from_env(os.environ if env is None else env)
-        if "kafka" in overrides:
-            overrides["kafka"] = {**merged.get("kafka", {}), **overrides["kafka"]}
+        for name in ("kafka", "consumer_kafka"):
+            if name in overrides:
+                overrides[name] = {**merged.get(name, {}), **overrides[name]}
         merged.update(overrides)
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers", "missing: set it in the config file or KMQ_BOOTSTRAP_SERVERS")
         return cls(**merged)
+
+
+def _scalar(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
@@ -192,7 +201,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     items: list[tuple[str, Any]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if name == "kafka":
+        if name in ("kafka", "consumer_kafka"):
             items.append((name, dict(value or {})))
         elif isinstance(value, Mapping):
             items.extend(_flatten(value, f"{name}."))
@@ -205,7 +214,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, fld in _FIELDS.items():
         raw = env.get(ENV_PREFIX + name.upper())
-        if raw is None or name == "kafka":
+        if raw is None or name in ("kafka", "consumer_kafka"):
             continue
         if fld.type in ("int", int):
             try:
@@ -214,8 +223,9 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 raise ConfigError(name, f"{ENV_PREFIX}{name.upper()}={raw!r} is not an integer") from None
         else:
             out[name] = raw
-    kafka = {k[len(ENV_PREFIX) + 6:].lower().replace("_", "."): v
-             for k, v in env.items() if k.startswith(ENV_PREFIX + "KAFKA_")}
-    if kafka:
-        out["kafka"] = kafka
+    for name, prefix in (("kafka", "KAFKA_"), ("consumer_kafka", "CONSUMER_KAFKA_")):
+        full = ENV_PREFIX + prefix
+        settings = {k[len(full):].lower().replace("_", "."): v for k, v in env.items() if k.startswith(full)}
+        if settings:
+            out[name] = settings
     return out

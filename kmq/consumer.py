@@ -111,6 +111,10 @@ class Consumer:
             if msg is not None:
                 yield msg
 
+    def flush(self, timeout: float = 30.0) -> int:
+        """Waits until every marker written so far (acks included) is durable; returns how many are not."""
+        return self._markers.flush(timeout)
+
     def close(self, timeout: float = 30.0) -> None:
         """Stops fetching, releases unsettled messages, flushes markers, commits and leaves the group."""
         if self._closed:

@@ -1,0 +1,1 @@
+"""The redelivery tracker: a separately deployed process that redelivers messages whose worker went silent."""

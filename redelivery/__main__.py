@@ -1,0 +1,5 @@
+import sys
+
+from redelivery.cli import main
+
+sys.exit(main())

@@ -1,0 +1,62 @@
+"""``kmq-redelivery-tracker``: run one tracker replica until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from types import FrameType
+
+from kmq import logs
+from kmq.config import Config
+from kmq.errors import KmqError
+from redelivery.metrics import serve
+from redelivery.tracker import RedeliveryTracker
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kmq-redelivery-tracker",
+        description="Track in-flight kmq messages on the markers topic and redeliver those whose worker "
+                    "went silent. Run several replicas for fail-over: they share the markers partitions.",
+        epilog="example: kmq-redelivery-tracker --config kmq.yaml --metrics-port 9464",
+    )
+    p.add_argument("--config", help="YAML config (kmq or kafka-mq-go keys); KMQ_* variables override it")
+    p.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port (0 = off)")
+    p.add_argument("--log-level", default=os.environ.get("KMQ_LOG_LEVEL", "info"))
+    p.add_argument("--log-json", action="store_true", help="JSON log lines instead of key=value")
+    return p
+
+
+def load_config(path: str | None) -> Config:
+    return Config.from_yaml(path) if path else Config.load()
+
+
+def run(config: Config) -> int:
+    tracker = RedeliveryTracker(config)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        tracker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if config.metrics_port:
+        serve(tracker.metrics, config.metrics_port, healthy=lambda: not tracker.stopped)
+    tracker.run()
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logs.configure(args.log_level, args.log_json)
+    try:
+        config = load_config(args.config)
+        if args.metrics_port is not None:
+            config = config.replace(metrics_port=args.metrics_port)
+        return run(config)
+    except KmqError as err:
+        print(f"kmq-redelivery-tracker: error: {err}", file=sys.stderr)
+        return EXIT_ERROR

@@ -1,0 +1,217 @@
+"""The redelivery tracker against a real broker: crashes, release delays, dead letters, restarts, bad markers."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from confluent_kafka import Producer as RawProducer
+
+from kmq import Service
+from kmq.dlq import list_dead_letters, redrive
+from kmq.markers import Marker, MarkerType, MessageId, encode
+from tests.conftest import ConfigFactory
+from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_process, tracker_thread
+from tests.interop._proto import kafka_mq_v1_pb2 as upstream
+from tests.markers_io import read_topic, wait_for
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def test_a_killed_workers_unacked_messages_go_to_another_consumer_with_delivery_count_2(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP)
+    queue = Service(config).queue("jobs")
+    with queue.producer() as producer:
+        for i in range(20):
+            producer.send_async(b"job-%d" % i)
+    with tracker_thread(config):
+        worker = WorkerProcess(config, "jobs", hold=20, ack=5)
+        seen = worker.wait_holding()
+        worker.kill()
+        killed_at = time.monotonic()
+        acked = {s["payload"] for s in seen if s["acked"]}
+        with queue.consumer() as survivor:
+            again = receive_n(survivor, 15, timeout_s=40)
+            waited = time.monotonic() - killed_at
+            for msg in again:
+                msg.ack()
+            assert survivor.receive(4.0) is None, "something was delivered a third time"
+    assert len(seen) == 20 and len(acked) == 5
+    assert sorted(m.payload.decode() for m in again) == sorted({s["payload"] for s in seen} - acked)
+    assert all(m.delivery_count == 2 and m.first_message_id != m.message_id for m in again)
+    # redelivery timeout (3 s) + group session timeout (6 s) for the survivor's partitions + slack
+    assert waited < 3 + 6 + 15
+
+
+def test_release_with_a_delay_is_redelivered_after_about_the_delay_not_the_timeout(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=60_000)
+    queue = Service(config).queue("later")
+    with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
+        producer.send(b"retry-me")
+        first = receive_n(consumer, 1)[0]
+        released_at = time.monotonic()
+        first.release(delay=1.5)
+        second = receive_n(consumer, 1, timeout_s=20)[0]
+        elapsed = time.monotonic() - released_at
+        second.ack()
+    assert second.payload == b"retry-me" and second.delivery_count == 2
+    assert 1.5 <= elapsed < 15, elapsed
+
+
+def test_after_max_deliveries_a_message_is_dead_lettered_and_redrive_brings_it_back(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=30_000, max_deliveries=3)
+    queue = Service(config).queue("poison")
+    counts = []
+    with tracker_thread(config) as tracker, queue.consumer() as consumer, queue.producer() as producer:
+        producer.send(b"bad", headers={"trace": "t1"})
+        for _ in range(3):
+            msg = receive_n(consumer, 1, timeout_s=20)[0]
+            counts.append(msg.delivery_count)
+            msg.release()
+        assert consumer.receive(3.0) is None
+        assert wait_for(lambda: tracker.metrics.dead_letters.labels("poison")._value.get() == 1)
+        letters = list_dead_letters(config, "poison")
+        assert [(d.payload, d.delivery_count, d.headers) for d in letters] == [(b"bad", 3, {"trace": b"t1"})]
+        assert "max deliveries (3)" in letters[0].reason
+        assert redrive(config, "poison") == 1
+        back = receive_n(consumer, 1, timeout_s=20)[0]
+        back.ack()
+        assert redrive(config, "poison") == 0
+    assert counts == [1, 2, 3]
+    assert back.payload == b"bad" and back.delivery_count == 1 and back.headers == {"trace": b"t1"}
+
+
+def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(redelivery_timeout_ms=2000)
+    queue = Service(config).queue("rej")
+    with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
+        producer.send(b"nope")
+        receive_n(consumer, 1)[0].reject("schema mismatch")
+        assert consumer.receive(5.0) is None
+    letters = list_dead_letters(config, "rej")
+    assert [(d.payload, d.reason) for d in letters] == [(b"nope", "schema mismatch")]
+
+
+def test_a_restarted_tracker_redelivers_overdue_messages_once_and_not_yet_due_ones_not_early(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP)
+    service = Service(config)
+    with service.queue("dead").producer() as p1, service.queue("alive").producer() as p2:
+        for i in range(6):
+            p1.send_async(b"d%d" % i)
+            p2.send_async(b"a%d" % i)
+    tracker = tracker_process(config)
+    try:
+        worker = WorkerProcess(config, "dead", hold=6, ack=2)  # 4 left unacked, then killed
+        worker.wait_holding()
+        with service.queue("alive").consumer() as alive:
+            held = receive_n(alive, 6)  # kept alive by this consumer throughout
+            tracker.send_signal(signal.SIGKILL)
+            tracker.wait(10)
+            worker.kill()
+            time.sleep(4)  # every "dead" message is now overdue; no tracker is running
+            tracker = tracker_process(config)
+            with service.queue("dead").consumer() as dead:
+                again = receive_n(dead, 4, timeout_s=40)
+                for msg in again:
+                    msg.ack()
+                assert dead.receive(5.0) is None, "an overdue message was redelivered twice"
+            assert alive.receive(0.5) is None, "a message kept alive was redelivered"
+            for msg in held:
+                msg.ack()
+    finally:
+        tracker.terminate()
+        assert tracker.wait(30) == 0
+    assert len(again) == 4 and all(m.delivery_count == 2 for m in again)
+
+
+def test_when_one_of_two_tracker_replicas_dies_the_survivor_redelivers_its_messages(
+    kmq_config: ConfigFactory,
+) -> None:
+    # With 3 markers partitions, murmur2 puts A on 1, B on 1 and test-queue on 0 (kafka-mq-go spec, 2.4).
+    config = kmq_config(redelivery_timeout_ms=3000, marker_partitions=3, consumer_kafka=FAST_GROUP)
+    service = Service(config)
+    first, second = tracker_process(config), tracker_process(config)
+    try:
+        time.sleep(3)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        for name in ("A", "B", "test-queue"):
+            with service.queue(name).producer() as producer:
+                producer.send(b"x-" + name.encode())
+        workers = [WorkerProcess(config, name, hold=1) for name in ("A", "B", "test-queue")]
+        for w in workers:
+            w.wait_holding()
+            w.kill()
+        again = []
+        for name in ("A", "B", "test-queue"):
+            with service.queue(name).consumer() as consumer:
+                got = receive_n(consumer, 1, timeout_s=45)
+                for msg in got:
+                    msg.ack()
+                again += got
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.terminate()
+        assert second.wait(30) == 0
+    assert sorted(m.payload for m in again) == [b"x-A", b"x-B", b"x-test-queue"]
+    assert all(m.delivery_count == 2 for m in again)
+
+
+def test_a_restart_over_10000_in_flight_not_yet_due_messages_redelivers_nothing(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(marker_partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 20})
+    for i in range(10_000):
+        start = Marker(MarkerType.START, MessageId(0, i), 600_000, b"q", b"payload-%d" % i)
+        raw.produce(config.marker_topic, encode(start), b"q")
+        if i % 2:
+            raw.produce(config.marker_topic, encode(Marker(MarkerType.END, MessageId(0, i))), b"q")
+    assert raw.flush(30) == 0
+    for _ in range(2):  # the second run starts from the first one's committed offset
+        with tracker_thread(config) as tracker:
+            assert wait_for(lambda t=tracker: bool(t.partitions) and all(  # type: ignore[misc]
+                p.caught_up for p in t.partitions.values()), timeout_s=60)
+            time.sleep(1.0)
+            assert len(tracker.partitions[0].state) == 5_000
+            assert tracker.metrics.redeliveries.labels("q")._value.get() == 0
+    assert read_topic(config.bootstrap_servers, config.message_topic, timeout_s=3) == []
+
+
+def test_garbage_and_unknown_version_markers_are_counted_and_skipped(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(marker_partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    with tracker_thread(config) as tracker:
+        raw.produce(config.marker_topic, b"this is not a valid marker", b"q")
+        raw.produce(config.marker_topic, b"", b"q")
+        raw.produce(config.marker_topic, b"\x08\x07\x1a\x04\x08\x01\x10\x05", b"q")  # version 7
+        # Then a valid Start, due at once: the tracker must still be running to redeliver it.
+        raw.produce(config.marker_topic, encode(Marker(MarkerType.START, MessageId(0, 0), 0, b"q", b"ok")), b"q")
+        assert raw.flush(10) == 0
+        assert wait_for(lambda: tracker.metrics.redeliveries.labels("q")._value.get() == 1, timeout_s=20)
+        assert tracker.metrics.malformed._value.get() == 3
+    copies = read_topic(config.bootstrap_servers, config.message_topic, until=lambda r: len(r) >= 1)
+    assert [(c.key(), c.value()) for c in copies] == [(b"q", b"ok")]
+
+
+def test_a_start_marker_written_with_the_plain_upstream_schema_is_redelivered(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(marker_partitions=1)
+    start = upstream.Marker(type=upstream.Marker.START, message_id=upstream.MessageID(partition=0, offset=7),
+                            redeliver_after_ms=500, key=b"go-queue", value=b"from-go")
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    raw.produce(config.marker_topic, start.SerializeToString(), b"go-queue")
+    assert raw.flush(10) == 0
+    with tracker_thread(config), Service(config).queue("go-queue").consumer() as consumer:
+        msg = receive_n(consumer, 1, timeout_s=20)[0]
+        msg.ack()
+    assert (msg.payload, msg.delivery_count, str(msg.first_message_id)) == (b"from-go", 2, "0:7")

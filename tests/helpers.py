@@ -1,0 +1,97 @@
+"""Functional-test helpers: an in-process tracker, worker and tracker subprocesses, bounded receives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kmq import Config, Consumer, Message
+from redelivery.tracker import RedeliveryTracker
+
+ROOT = Path(__file__).resolve().parent.parent
+# Small enough that a killed member leaves the group within seconds (the broker's minimum is 6 s).
+FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
+
+
+@contextmanager
+def tracker_thread(config: Config) -> Iterator[RedeliveryTracker]:
+    tracker = RedeliveryTracker(config)
+    thread = threading.Thread(target=tracker.run, name="test-tracker", daemon=True)
+    thread.start()
+    try:
+        yield tracker
+    finally:
+        tracker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "tracker did not stop within 30 s"
+
+
+def receive_n(consumer: Consumer, count: int, timeout_s: float = 30.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.receive(0.2)
+        if msg is not None:
+            got.append(msg)
+    return got
+
+
+def env_for(config: Config) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KMQ_BOOTSTRAP_SERVERS": config.bootstrap_servers,
+           "KMQ_MESSAGE_TOPIC": config.message_topic, "KMQ_MARKER_TOPIC": config.marker_topic,
+           "KMQ_REDELIVERY_TIMEOUT_MS": str(config.redelivery_timeout_ms),
+           "KMQ_MAX_DELIVERIES": str(config.max_deliveries)}
+    for key, value in config.consumer_kafka.items():
+        env["KMQ_CONSUMER_KAFKA_" + key.upper().replace(".", "_")] = value
+    return env
+
+
+class WorkerProcess:
+    """A worker in its own process: receives ``hold`` messages of ``queue``, acks the first ``ack``, then waits."""
+
+    def __init__(self, config: Config, queue: str, hold: int, ack: int = 0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.worker_proc", queue, str(hold), str(ack)], cwd=ROOT,
+            env=env_for(config), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.received: list[dict[str, object]] = []
+
+    def wait_holding(self, timeout_s: float = 40.0) -> list[dict[str, object]]:
+        assert self.proc.stdout is not None
+        result: list[str] = []
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                result.append(line)
+                if line.startswith("HOLDING"):
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        assert result and result[-1].startswith("HOLDING"), f"worker did not reach HOLDING: {result[-3:]}"
+        self.received = [json.loads(line) for line in result[:-1]]
+        return self.received
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def tracker_process(config: Config, *extra: str) -> subprocess.Popen[str]:
+    env = env_for(config)
+    env["KMQ_USE_NOW_IF_NO_MARKER_SEEN_MS"] = str(config.use_now_if_no_marker_seen_ms)
+    log_file = tempfile.NamedTemporaryFile(prefix="kmq-tracker-", suffix=".log", delete=False)  # noqa: SIM115
+    with log_file:
+        return subprocess.Popen([sys.executable, "-m", "redelivery", *extra], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log_file, text=True)

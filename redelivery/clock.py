@@ -23,12 +23,12 @@ class DeadlineClock:
     _seen_at: float = 0.0
 
     def observe(self, timestamp_ms: int) -> None:
-        """Records a marker's log timestamp; older timestamps never move the clock back."""
+        """Records a marker's log timestamp. The clock never runs backwards: a marker stamped before the
+        extrapolated "now" (same millisecond, a broker clock step) re-bases on that "now" instead."""
         if timestamp_ms <= 0:
             return
-        if timestamp_ms >= self.last_timestamp_ms:
-            self.last_timestamp_ms = timestamp_ms
-            self._seen_at = self.monotonic()
+        self.last_timestamp_ms = max(timestamp_ms, self.now_ms() or 0)
+        self._seen_at = self.monotonic()
 
     def now_ms(self) -> int | None:
         """The partition's current time in ms, or None before any marker was seen."""

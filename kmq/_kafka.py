@@ -92,6 +92,11 @@ def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, A
     return settings
 
 
+def is_fatal(err: KafkaError) -> bool:
+    # librdkafka reports a fatal error (e.g. a fenced static member) as an event whose code is _FATAL.
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
+
+
 def client_error(err: KafkaError, what: str) -> KafkaClientError:
     return KafkaClientError(f"{what}: {err.str()} ({err.name()})", retriable=err.retriable(), code=err.code())
 

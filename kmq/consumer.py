@@ -30,6 +30,7 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 MAX_BATCH = 500
 IDLE_COMMIT_S = 5.0
 COMMIT_ATTEMPTS = 3
+CLIENT_WARNING_EVERY_S = 30.0
 
 
 class Consumer:
@@ -62,6 +63,8 @@ class Consumer:
         self._closed = False
         self._stop = threading.Event()
         self.rebalances = 0
+        self._last_client_warning = 0.0
+        self._assigned: frozenset[int] = frozenset()
         try:
             self._check_topics()
             self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
@@ -81,6 +84,11 @@ class Consumer:
     @property
     def queue(self) -> str:
         return self._queue
+
+    @property
+    def assignment(self) -> frozenset[int]:
+        """Messages-topic partitions this consumer owns now."""
+        return self._assigned
 
     @property
     def in_flight(self) -> int:
@@ -220,7 +228,7 @@ class Consumer:
             try:
                 self._poll_once()
             except KmqError as err:
-                self._log.error("consumer_loop_failed", error=str(err))
+                self._log.error("consumer_fatal", error=str(err))
                 self._fatal = err
             except KafkaException as exc:
                 wrapped = _kafka.raise_from(exc, f"consumer of queue {self._queue!r}")
@@ -358,15 +366,17 @@ class Consumer:
     def _on_record_error(self, record: KafkaMessage) -> None:
         err = record.error()
         assert err is not None
-        if err.fatal():
+        if _kafka.is_fatal(err):
             raise _fatal_error(err, self._config, self._queue)
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        if _kafka.is_fatal(err):
             self._fatal = _fatal_error(err, self._config, self._queue)
             self._log.error("consumer_fatal", error=str(self._fatal))
-        else:
+        elif time.monotonic() - self._last_client_warning > CLIENT_WARNING_EVERY_S:
+            # Connection errors repeat many times a second while a broker is down: say it now and then.
+            self._last_client_warning = time.monotonic()
             self._log.warning("kafka_client_error", error=err.str(), code=err.name())
 
     # --- rebalances (run inside consume(), on the loop thread) -----------------------------------------
@@ -374,6 +384,7 @@ class Consumer:
     def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         consumer.incremental_assign(partitions)
+        self._assigned = self._assigned | {p.partition for p in partitions}
         if self._paused:
             consumer.pause(partitions)
         self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
@@ -390,12 +401,14 @@ class Consumer:
                 self._log.warning("commit_on_revoke_failed", error=str(exc))
         self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in revoked}
         consumer.incremental_unassign(partitions)
+        self._assigned = self._assigned - {p.partition for p in partitions}
         self._log.info("partitions_revoked", partitions=[p.partition for p in partitions])
 
     def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         lost = {(p.topic, p.partition) for p in partitions}
         self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in lost}
         consumer.incremental_unassign(partitions)
+        self._assigned = self._assigned - {p.partition for p in partitions}
         self._log.warning("partitions_lost", partitions=[p.partition for p in partitions])
 
     def _check_topics(self) -> None:
@@ -417,7 +430,7 @@ def _kafka_headers(message: Message) -> list[tuple[str, bytes]]:
 
 
 def _fatal_error(err: KafkaError, config: Config, queue: str) -> KafkaClientError:
-    if err.code() == KafkaError.FENCED_INSTANCE_ID or "instance" in err.str().lower():
+    if err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in err.str().lower():
         return KafkaClientError(f"consumer of queue {queue!r} was fenced: client_id (group.instance.id) "
                                 f"{config.client_id!r} is used by another consumer", code=err.code())
     return _kafka.client_error(err, f"fatal Kafka error in consumer of queue {queue!r}")

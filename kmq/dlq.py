@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from kmq import _kafka
 from kmq._kafka import PolledProducer
@@ -31,7 +31,10 @@ class DeadLetter:
     dlq_id: MessageId
 
 
-def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: float) -> tuple[KafkaConsumer, list[tuple[DeadLetter, TopicPartition]]]:
+Found = list[tuple[DeadLetter, TopicPartition]]
+
+
+def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: float) -> tuple[KafkaConsumer, Found]:
     consumer = KafkaConsumer({**_kafka.consumer_settings(config.replace(client_id=""), group, "kmq-dlq"),
                               "enable.partition.eof": True})
     consumer.subscribe([config.dlq_topic])
@@ -50,7 +53,7 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
             continue
         err = record.error()
         if err is not None:
-            if err.code() == _kafka.KafkaError._PARTITION_EOF:
+            if err.code() == KafkaError._PARTITION_EOF:
                 eof.add(record.partition() or 0)
             continue
         last = time.monotonic()

@@ -119,7 +119,7 @@ class RedeliveryTracker:
     def _handle(self, record: KafkaMessage) -> None:
         err = record.error()
         if err is not None:
-            if err.fatal():
+            if _kafka.is_fatal(err):
                 raise _kafka.raise_from(KafkaException(err), "tracker consumer")
             log.warning("markers_consume_error", error=err.str())
             return
@@ -239,7 +239,8 @@ class RedeliveryTracker:
             self.metrics.redelivery_lag.observe(lag_s)
         log.info("dead_lettered" if attempt.dead_letter else "redelivered", queue=start.queue,
                  message_id=str(start.message_id), first_message_id=str(start.origin_id),
-                 delivery_count=(start.delivery_count or 1) + (0 if attempt.dead_letter else 1), lag_ms=None if lag_s is None else round(lag_s * 1000))
+                 delivery_count=(start.delivery_count or 1) + (0 if attempt.dead_letter else 1),
+                 lag_ms=None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:
         part = self._partitions.get(attempt.partition)

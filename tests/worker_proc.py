@@ -18,10 +18,9 @@ def main() -> None:
     logs.configure("warning")
     consumer = Service(Config.load()).queue(queue).consumer()
     got = 0
-    for msg in consumer:
-        if got < ack:
+    for got, msg in enumerate(consumer, start=1):
+        if got <= ack:
             msg.ack()
-        got += 1
         print(json.dumps({"payload": msg.payload.decode(), "id": str(msg.message_id),
                           "acked": got <= ack, "delivery_count": msg.delivery_count}), flush=True)
         if got >= hold:

@@ -151,6 +151,7 @@ def render_properties(props: Mapping[str, str]) -> str:
 
 
 def new_cluster_id() -> str:
+    # May start with "-": pass it as --cluster-id=ID, never as a separate argument.
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -204,7 +205,7 @@ class LocalKafka:
         jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(),
+            [*jvm, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={new_cluster_id()}",
              "-c", str(props_file)], capture_output=True, text=True, check=False)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")

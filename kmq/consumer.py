@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue as stdqueue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -22,12 +23,13 @@ from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KafkaClientError, KmqError, TopicError
-from kmq.markers import EndReason, Marker, MarkerType, MessageId, encode
+from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, encode
 from kmq.message import Message
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 MAX_BATCH = 500
+BACKLOG_MAX = 2_000
 IDLE_COMMIT_S = 5.0
 COMMIT_ATTEMPTS = 3
 CLIENT_WARNING_EVERY_S = 30.0
@@ -57,11 +59,13 @@ class Consumer:
         self._in_flight: dict[MessageId, Message] = {}
         self._buffer: stdqueue.SimpleQueue[Message] = stdqueue.SimpleQueue()
         self._pending: dict[TopicPartition, int] = {}
+        self._backlog: deque[KafkaMessage] = deque()
         self._uncommitted = 0
         self._last_commit = time.monotonic()
         self._paused = False
         self._closed = False
         self._stop = threading.Event()
+        self._room_freed = threading.Event()
         self.rebalances = 0
         self._last_client_warning = 0.0
         self._assigned: frozenset[int] = frozenset()
@@ -105,7 +109,9 @@ class Consumer:
                 raise ConsumerClosedError(f"consumer of queue {self._queue!r} is closed")
             wait = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
             try:
-                return self._buffer.get(timeout=wait)
+                msg = self._buffer.get(timeout=wait)
+                self._room_freed.set()
+                return msg
             except stdqueue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
@@ -134,7 +140,7 @@ class Consumer:
             unsettled = list(self._in_flight.values())
             self._in_flight.clear()
         for msg in unsettled:
-            self._send_marker(self._marker(MarkerType.KEEPALIVE, msg.message_id))
+            self._send_marker(self._marker(MarkerType.KEEPALIVE, msg.message_id, reason=RELEASE_REASON))
         if unsettled:
             self._log.info("consumer_close_released", released=len(unsettled))
         remaining = self._markers.close(timeout)
@@ -159,7 +165,8 @@ class Consumer:
 
     def _release(self, message: Message, delay_ms: int) -> None:
         # A KeepAlive with the delay, then silence: the tracker (Go's too) redelivers after it.
-        self._finish(message, self._marker(MarkerType.KEEPALIVE, message.message_id, delay_ms))
+        self._finish(message, self._marker(MarkerType.KEEPALIVE, message.message_id, delay_ms,
+                                           reason=RELEASE_REASON))
 
     def _reject(self, message: Message, reason: str) -> None:
         self._check_open(message)
@@ -187,6 +194,7 @@ class Consumer:
             self._check_open(message)
             self._in_flight.pop(message.message_id, None)
         self._send_marker(marker)
+        self._room_freed.set()
 
     def _check_open(self, message: Message) -> None:
         if self._closed:
@@ -243,18 +251,50 @@ class Consumer:
 
     def _poll_once(self) -> None:
         room = self._room()
-        self._set_paused(room <= 0)
-        timeout_s = self._config.next_message_timeout_ms / 1000
+        # Records wait in a local backlog while the workers are busy; fetching pauses only when it is long,
+        # because every pause/resume costs a fetch round trip.
+        backlog = len(self._backlog)
+        self._set_paused(backlog >= BACKLOG_MAX or (self._paused and backlog > BACKLOG_MAX // 2))
+        wait_s = 0.0 if backlog else self._config.next_message_timeout_ms / 1000
         if room <= 0:
-            self._kafka.consume(1, min(timeout_s, 0.1))  # still polls: the group must not evict us
+            # Full: sleep until a message is settled, but still poll (the group must not evict us).
+            self._room_freed.wait(0.1)
+            self._room_freed.clear()
+            wait_s = 0.0
+        self._backlog.extend(self._fetch(wait_s))
+        if room > 0 and self._backlog:
+            self._process(self._take(room))
+        else:
             self._maybe_commit_idle()
-            return
-        records = self._kafka.consume(min(room, MAX_BATCH), timeout_s)
-        own: list[KafkaMessage] = []
+
+    def _fetch(self, wait_s: float) -> list[KafkaMessage]:
+        # poll() returns the first record as soon as it arrives; consume(n, 0) then takes what is already
+        # fetched. consume(n, timeout) alone would wait the whole timeout for n records.
+        first = self._kafka.poll(wait_s)
+        if first is None:
+            return []
+        records = [first, *self._kafka.consume(MAX_BATCH - 1, 0)]
+        good = []
         for record in records:
             if record.error() is not None:
                 self._on_record_error(record)
-                continue
+            else:
+                good.append(record)
+        return good
+
+    def _take(self, room: int) -> list[KafkaMessage]:
+        """Records from the backlog's front, up to ``room`` of this queue's (other queues' ride along)."""
+        taken: list[KafkaMessage] = []
+        own = 0
+        while self._backlog and own < room:
+            record = self._backlog.popleft()
+            own += record.key() == self._key
+            taken.append(record)
+        return taken
+
+    def _process(self, records: list[KafkaMessage]) -> None:
+        own: list[KafkaMessage] = []
+        for record in records:
             self._pending[_kafka.topic_partition(record)] = (record.offset() or 0) + 1
             if record.key() == self._key:
                 own.append(record)
@@ -399,17 +439,21 @@ class Consumer:
                 consumer.commit(offsets=mine, asynchronous=False)
             except KafkaException as exc:
                 self._log.warning("commit_on_revoke_failed", error=str(exc))
-        self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in revoked}
+        self._forget(revoked)
         consumer.incremental_unassign(partitions)
         self._assigned = self._assigned - {p.partition for p in partitions}
         self._log.info("partitions_revoked", partitions=[p.partition for p in partitions])
 
     def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        lost = {(p.topic, p.partition) for p in partitions}
-        self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in lost}
+        self._forget({(p.topic, p.partition) for p in partitions})
         consumer.incremental_unassign(partitions)
         self._assigned = self._assigned - {p.partition for p in partitions}
         self._log.warning("partitions_lost", partitions=[p.partition for p in partitions])
+
+    def _forget(self, gone: set[tuple[str, int]]) -> None:
+        # Neither committed nor Started: the partition's next owner reads these records again.
+        self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in gone}
+        self._backlog = deque(r for r in self._backlog if (r.topic(), r.partition()) not in gone)
 
     def _check_topics(self) -> None:
         topic = self._config.message_topic

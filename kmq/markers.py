@@ -16,6 +16,9 @@ from kmq.errors import MarkerDecodeError
 
 Headers = tuple[tuple[str, bytes], ...]
 
+#: ``reason`` of the KeepAlive that gives a message back (release, or consumer close): tells it from a keep-alive.
+RELEASE_REASON = "released"
+
 
 class MarkerType(IntEnum):
     START = 0

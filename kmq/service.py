@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kmq.config import MAX_QUEUE_NAME_LENGTH, Config
 from kmq.consumer import Consumer
 from kmq.errors import InvalidQueueNameError
 from kmq.producer import Producer
 from kmq.topics import TopicStatus, check_topics, create_topics
+from kmq.worker import Handler, Worker
 
 
 def validate_queue_name(name: object) -> str:
@@ -35,6 +39,12 @@ class Queue:
     def consumer(self) -> Consumer:
         """A consumer in group ``kafka-mq-<name>``; it starts fetching at once."""
         return Consumer(self.config, self.name)
+
+    def worker(self, concurrency: int = 1, **options: Any) -> Callable[[Handler], Worker]:
+        """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it."""
+        def wrap(handler: Handler) -> Worker:
+            return Worker(self.config, [self.name], handler, concurrency, **options)
+        return wrap
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"

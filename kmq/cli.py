@@ -1,0 +1,223 @@
+"""The ``kmq`` command: topics, send, worker, tracker, stats and dead letters.
+
+Every subcommand reads ``--config FILE`` (kmq or kafka-mq-go YAML keys) with ``KMQ_*`` environment overrides.
+Exit codes: 0 success, 1 a runtime failure (broker, topic, handler import), 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from kmq import logs
+from kmq.config import Config
+from kmq.errors import KmqError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+EXAMPLES = {
+    "topics": "kmq topics create --partitions 12 --marker-partitions 3\n  kmq topics check",
+    "send": "kmq send emails '{\"to\": \"a@b.c\"}'\n  kmq send emails --file job.json\n"
+            "  cat jobs.txt | kmq send emails --stdin\n  kmq send emails load-test --count 100000",
+    "worker": "kmq worker examples.worker:handle --queue emails --concurrency 8",
+    "tracker": "kmq tracker --metrics-port 9464",
+    "stats": "kmq stats\n  kmq stats --json --queue emails",
+    "dlq": "kmq dlq list emails --limit 20\n  kmq dlq redrive emails",
+}
+
+
+def _sub(subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str,
+         ) -> argparse.ArgumentParser:
+    parser = subs.add_parser(name, help=help_text, description=help_text, epilog=f"example:\n  {EXAMPLES[name]}",
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=os.environ.get("KMQ_CONFIG"),
+                        help="YAML config file (default: $KMQ_CONFIG; KMQ_* variables override it)")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kmq", description="SQS-style queues on Apache Kafka.",
+                                     epilog="Run `kmq COMMAND --help` for a command's options and an example.")
+    parser.add_argument("--log-level", default=os.environ.get("KMQ_LOG_LEVEL", "warning"))
+    parser.add_argument("--log-json", action="store_true", help="JSON log lines instead of key=value")
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topics = _sub(subs, "topics", "Create or check the messages, markers (LogAppendTime) and dead-letter topics.")
+    topics.add_argument("action", choices=["create", "check"])
+    topics.add_argument("--partitions", type=int, default=6, help="messages topic partitions (default 6)")
+    topics.add_argument("--marker-partitions", type=int, default=3, help="markers/DLQ partitions (default 3)")
+    topics.add_argument("--replication-factor", type=int, default=1)
+
+    send = _sub(subs, "send", "Send messages to a queue: an argument, a file, or stdin lines.")
+    send.add_argument("queue")
+    send.add_argument("payload", nargs="?", help="the payload (UTF-8); or use --file / --stdin")
+    send.add_argument("--file", type=Path, help="send this file's bytes as one message")
+    send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
+    send.add_argument("--count", type=int, default=1, help="send the payload N times (load); '{i}' is replaced")
+    send.add_argument("--header", action="append", default=[], metavar="K=V")
+
+    worker = _sub(subs, "worker", "Run a handler over a queue: return → ack, kmq.Reject → reject, "
+                                  "exception → retry with backoff, then dead letter after max deliveries.")
+    worker.add_argument("handler", metavar="MODULE:FUNCTION")
+    worker.add_argument("--queue", action="append", required=True, help="queue to serve (repeatable)")
+    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--processes", action="store_true", help="run the handler in processes (CPU-bound work)")
+    worker.add_argument("--backoff-base", type=float, default=1.0, help="seconds before the first retry")
+    worker.add_argument("--backoff-max", type=float, default=300.0, help="longest retry delay in seconds")
+    worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to finish work on SIGTERM")
+
+    tracker = _sub(subs, "tracker", "Run a redelivery tracker replica (same as kmq-redelivery-tracker).")
+    tracker.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port")
+
+    stats = _sub(subs, "stats", "Per queue: in flight, oldest in-flight age, redeliveries, dead letters, lag.")
+    stats.add_argument("--queue", action="append", help="only these queues")
+    stats.add_argument("--json", action="store_true")
+
+    dlq = _sub(subs, "dlq", "List a queue's dead letters, or move them back onto the queue.")
+    dlq.add_argument("action", choices=["list", "redrive"])
+    dlq.add_argument("queue")
+    dlq.add_argument("--limit", type=int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level, args.log_json)
+    try:
+        config = Config.from_yaml(args.config) if args.config else Config.load()
+        return COMMANDS[args.command](config, args)
+    except KmqError as err:
+        print(f"kmq {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_ERROR
+
+
+def cmd_topics(config: Config, args: argparse.Namespace) -> int:
+    from kmq.topics import check_topics, create_topics
+
+    if args.action == "create":
+        for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
+                                    replication_factor=args.replication_factor):
+            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions)")
+    else:
+        for name, partitions in check_topics(config).items():
+            print(f"{name}: ok ({partitions} partitions)")
+    return EXIT_OK
+
+
+def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
+    if args.stdin:
+        for line in sys.stdin.buffer:
+            yield line.rstrip(b"\n")
+    elif args.file is not None:
+        try:
+            data = args.file.read_bytes()
+        except OSError as err:
+            raise KmqError(f"cannot read {args.file}: {err.strerror}") from err
+        for _ in range(args.count):
+            yield data
+    elif args.payload is not None:
+        for i in range(args.count):
+            yield args.payload.replace("{i}", str(i)).encode()
+    else:
+        raise KmqError("nothing to send: give a PAYLOAD, --file or --stdin")
+
+
+def cmd_send(config: Config, args: argparse.Namespace) -> int:
+    from kmq.service import Service
+
+    headers = {}
+    for item in args.header:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise KmqError(f"--header must be K=V, got {item!r}")
+        headers[key] = value
+    sent, started, last_report = 0, time.monotonic(), 0.0
+    with Service(config).queue(args.queue).producer() as producer:
+        for payload in _payloads(args):
+            producer.send_async(payload, headers or None)
+            sent += 1
+            if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
+                last_report = time.monotonic()
+                print(f"\rsent {sent}/{args.count} ({sent / args.count:.0%})", end="", file=sys.stderr)
+        if producer.flush(60):
+            raise KmqError("some messages were not delivered within 60 s")
+    seconds = time.monotonic() - started
+    print(f"sent {sent} message(s) to {args.queue!r} in {seconds:.2f}s ({sent / max(seconds, 1e-9):.0f} msgs/s)")
+    return EXIT_OK
+
+
+def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    from kmq.service import validate_queue_name
+    from kmq.worker import Backoff, Worker, load_handler
+
+    # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
+    sys.path.insert(0, os.getcwd())
+    handler = load_handler(args.handler)
+    worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,
+                    processes=args.processes, handler_spec=args.handler,
+                    backoff=Backoff(base_s=args.backoff_base, max_s=args.backoff_max),
+                    drain_timeout_s=args.drain_timeout)
+    counts = worker.run()
+    print(json.dumps(dict(counts)))
+    return EXIT_OK
+
+
+def cmd_tracker(config: Config, args: argparse.Namespace) -> int:
+    from redelivery.cli import run
+
+    if args.metrics_port is not None:
+        config = config.replace(metrics_port=args.metrics_port)
+    if args.log_level == "warning":  # the tracker's info lines (assignments, redeliveries) are its audit trail
+        logs.configure("info", args.log_json)
+    return run(config)
+
+
+def cmd_stats(config: Config, args: argparse.Namespace) -> int:
+    from kmq.stats import collect
+
+    rows = collect(config, args.queue)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        return EXIT_OK
+    columns = ["queue", "in_flight", "oldest_in_flight_age_s", "deliveries", "acked", "redelivered", "released",
+               "dead_lettered", "consumer_lag"]
+    table = [[str(getattr(r, c)) for c in columns] for r in rows]
+    print(format_table(columns, table))
+    return EXIT_OK
+
+
+def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
+    from kmq.dlq import list_dead_letters, redrive
+
+    if args.action == "redrive":
+        print(f"redrove {redrive(config, args.queue, args.limit)} message(s) onto {args.queue!r}")
+        return EXIT_OK
+    letters = list_dead_letters(config, args.queue, args.limit)
+    rows = [[str(d.dlq_id), d.first_message_id, str(d.delivery_count), d.reason[:60],
+             d.payload[:40].decode("utf-8", "replace")] for d in letters]
+    print(format_table(["dlq_id", "first_id", "deliveries", "reason", "payload"], rows))
+    return EXIT_OK
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+COMMANDS = {"topics": cmd_topics, "send": cmd_send, "worker": cmd_worker, "tracker": cmd_tracker,
+            "stats": cmd_stats, "dlq": cmd_dlq}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -132,8 +132,11 @@ def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
 
 
 def cmd_send(config: Config, args: argparse.Namespace) -> int:
-    from kmq.service import Service
+    from kmq.service import Service, validate_queue_name
+    from kmq.topics import check_topics
 
+    validate_queue_name(args.queue)
+    check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
     headers = {}
     for item in args.header:
         key, sep, value = item.partition("=")

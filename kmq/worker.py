@@ -114,7 +114,8 @@ class Worker:
 
         consumers = [Queue(config, q).consumer() for q in self.queues]
         pool = concurrent.futures.ProcessPoolExecutor(self.concurrency) if self.processes else None
-        threads = [threading.Thread(target=self._serve, args=(consumers, i, pool), name=f"kmq-worker-{i}")
+        # Daemon threads: a handler still running after the drain timeout must not keep the process alive.
+        threads = [threading.Thread(target=self._serve, args=(consumers, i, pool), name=f"kmq-worker-{i}", daemon=True)
                    for i in range(self.concurrency)]
         for thread in threads:
             thread.start()

@@ -1,0 +1,134 @@
+"""The kmq command line, driven as subprocesses against the real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kmq import Config
+from tests.conftest import ConfigFactory
+from tests.helpers import ROOT, env_for, tracker_thread
+from tests.markers_io import wait_for
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def kmq(config: Config | None, *args: str, stdin: str | None = None, timeout: float = 60,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = env_for(config) if config else {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kmq.cli", *args], cwd=ROOT, env={**base, **(env or {})},
+                          input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_worker(config: Config, handler: str, queue: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", handler, "--queue", queue,
+                             "--backoff-base", "0.2", "--backoff-max", "0.5", *extra], cwd=ROOT,
+                            env=env_for(config), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def stop(proc: subprocess.Popen[str]) -> dict[str, int]:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_topics_create_then_check(kafka_bootstrap: str) -> None:
+    config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"cli-{time.time_ns()}.m",
+                    marker_topic=f"cli-{time.time_ns()}.mk")
+    created = kmq(config, "topics", "create", "--partitions", "2", "--marker-partitions", "1")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.count("created") == 3
+    checked = kmq(config, "topics", "check")
+    assert checked.returncode == 0 and checked.stdout.count(": ok") == 3
+
+
+def test_send_then_a_worker_processes_everything(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    assert kmq(config, "send", "cli", "one").returncode == 0
+    assert kmq(config, "send", "cli", "--stdin", stdin="two\nthree\n").returncode == 0
+    sent = kmq(config, "send", "cli", "load-{i}", "--count", "20")
+    assert sent.returncode == 0 and "sent 20 message(s)" in sent.stdout
+    worker = start_worker(config, "tests.handlers:record", "cli", "--concurrency", "3")
+    assert wait_for(lambda: _stats(config, "cli")["acked"] == 23, timeout_s=40)
+    assert stop(worker) == {"acked": 23}
+
+
+def test_a_handler_that_fails_twice_is_acked_on_delivery_3(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=5)
+    with tracker_thread(config):
+        assert kmq(config, "send", "flaky", "job").returncode == 0
+        worker = start_worker(config, "tests.handlers:fail_twice", "flaky")
+        assert wait_for(lambda: _stats(config, "flaky")["acked"] == 1, timeout_s=40)
+        counts = stop(worker)
+    assert counts == {"released": 2, "acked": 1}
+    assert _stats(config, "flaky")["deliveries"] == 3
+
+
+def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_brings_it_back(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=2)
+    with tracker_thread(config):
+        assert kmq(config, "send", "doomed", "poison").returncode == 0
+        worker = start_worker(config, "tests.handlers:always_fail", "doomed")
+        assert wait_for(lambda: _stats(config, "doomed")["dead_lettered"] == 1, timeout_s=40)
+        assert stop(worker) == {"released": 1, "dead_lettered": 1}
+        listed = kmq(config, "dlq", "list", "doomed")
+        assert listed.returncode == 0 and "poison" in listed.stdout and "failed 2 times" in listed.stdout
+        redriven = kmq(config, "dlq", "redrive", "doomed")
+        assert redriven.returncode == 0 and "redrove 1 message(s)" in redriven.stdout
+        worker = start_worker(config, "tests.handlers:record", "doomed")
+        assert wait_for(lambda: _stats(config, "doomed")["acked"] == 1, timeout_s=40)
+        assert stop(worker) == {"acked": 1}
+
+
+def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(redelivery_timeout_ms=30_000)
+    assert kmq(config, "send", "slow", "s-{i}", "--count", "3").returncode == 0
+    worker = start_worker(config, "tests.handlers:slow", "slow", "--concurrency", "3", "--drain-timeout", "1")
+    try:
+        assert wait_for(lambda: _stats(config, "slow")["in_flight"] == 3, timeout_s=40)
+        table = kmq(config, "stats")
+        assert table.returncode == 0
+        row = next(line for line in table.stdout.splitlines() if line.startswith("slow "))
+        assert row.split()[1] == "3"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+
+
+def _stats(config: Config, queue: str) -> dict[str, int]:
+    result = kmq(config, "stats", "--json", "--queue", queue)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)[0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+    (["worker", "--queue", "q"], 2, "required: MODULE:FUNCTION"),
+    (["worker", "nocolon", "--queue", "q"], 1, "handler must be MODULE:FUNCTION"),
+    (["worker", "tests.handlers_broken:handle", "--queue", "q"], 1,
+     "cannot import handler module 'tests.handlers_broken': ZeroDivisionError"),
+    (["send", "q", "x"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+])
+def test_bad_input_is_one_clear_line_and_a_non_zero_exit(args: list[str], code: int, message: str) -> None:
+    result = kmq(None, *args, env={"KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1", "KMQ_CONNECT_TIMEOUT_MS": "1000"},
+                 timeout=30)
+    assert result.returncode == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_yaml_is_one_clear_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("bootstrap-servers: [oops\n")
+    result = kmq(None, "stats", "--config", str(path))
+    assert result.returncode == 1 and "is not valid YAML" in result.stderr and "Traceback" not in result.stderr

@@ -40,10 +40,15 @@ kafka-down: $(STAMP)
 demo: kafka-fetch
 	$(PY) -m kmq.demo
 
-bench: kafka-fetch
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	@touch $@
+
+bench: kafka-fetch $(BENCH_STAMP)
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
-bench-quick: kafka-fetch
+bench-quick: kafka-fetch $(BENCH_STAMP)
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
 # Regenerates the committed protobuf modules from the .proto files.

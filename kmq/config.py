@@ -141,6 +141,12 @@ class Config:
         """The passthrough settings with secrets replaced, for logs."""
         return {k: ("***" if k in SECRET_KAFKA_KEYS else v) for k, v in self.kafka.items()}
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # Picklable (multiprocessing workers), although the passthrough mappings are read-only proxies.
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["kafka"], fields["consumer_kafka"] = dict(self.kafka), dict(self.consumer_kafka)
+        return (_rebuild, (fields,))
+
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
 
@@ -178,6 +184,10 @@ class Config:
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers", "missing: set it in the config file or KMQ_BOOTSTRAP_SERVERS")
         return cls(**merged)
+
+
+def _rebuild(fields: dict[str, Any]) -> Config:
+    return Config(**fields)
 
 
 def _scalar(value: object) -> str:

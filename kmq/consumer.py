@@ -67,6 +67,8 @@ class Consumer:
         self._stop = threading.Event()
         self._room_freed = threading.Event()
         self.rebalances = 0
+        #: Records read from the messages topic, this queue's and others' (read amplification).
+        self.records_read = 0
         self._last_client_warning = 0.0
         self._assigned: frozenset[int] = frozenset()
         try:
@@ -261,7 +263,8 @@ class Consumer:
             self._room_freed.wait(0.1)
             self._room_freed.clear()
             wait_s = 0.0
-        self._backlog.extend(self._fetch(wait_s))
+        fetched = self._fetch(wait_s)  # may run rebalance callbacks, which replace self._backlog
+        self._backlog.extend(fetched)
         if room > 0 and self._backlog:
             self._process(self._take(room))
         else:
@@ -274,6 +277,7 @@ class Consumer:
         if first is None:
             return []
         records = [first, *self._kafka.consume(MAX_BATCH - 1, 0)]
+        self.records_read += len(records)
         good = []
         for record in records:
             if record.error() is not None:
@@ -300,13 +304,13 @@ class Consumer:
                 own.append(record)
         self._uncommitted += len(records)
         if own:
-            self._deliver(own)
+            self._deliver(records, own)
         elif self._uncommitted >= self._config.max_messages_per_commit:
             self._commit()
         else:
             self._maybe_commit_idle()
 
-    def _deliver(self, own: list[KafkaMessage]) -> None:
+    def _deliver(self, records: list[KafkaMessage], own: list[KafkaMessage]) -> None:
         messages = [self._to_message(r) for r in own]
         futures = [self._markers.produce_future(self._config.marker_topic, encode(self._start(m)), self._key)
                    for m in messages]
@@ -316,9 +320,12 @@ class Consumer:
                 future.result(wait_s)
         except Exception as err:  # noqa: BLE001 - any failure: nothing handed out, records re-read
             self._log.warning("start_markers_failed", error=str(err), batch=len(own))
-            self._rewind(own)
+            self._rewind(records)
             return
         if not self._commit():
+            # Not handed out. Still ours: read again (a second Start only refreshes the tracker's deadline).
+            # Not ours: the new owner reads them from the last commit.
+            self._rewind(records)
             return
         now = time.monotonic()
         interval_s = self._config.keep_alive_interval_ms / 1000
@@ -349,19 +356,18 @@ class Consumer:
             _settler=self,
         )
 
-    def _rewind(self, own: list[KafkaMessage]) -> None:
-        """Seeks back to the first undelivered record of each partition, so it is read (and Started) again."""
+    def _rewind(self, records: list[KafkaMessage]) -> None:
+        """Puts a batch that was not handed out back at the front of the backlog, to be Started (again: the
+        tracker takes a second Start as a fresh deadline) and committed on the next turn. No seek: the records
+        are still here. If their partition is revoked meanwhile, the next owner reads them from the last commit.
+        """
         first: dict[TopicPartition, int] = {}
-        for record in own:
+        for record in records:
             tp = _kafka.topic_partition(record)
             first[tp] = min(first.get(tp, 1 << 62), record.offset() or 0)
-        for tp, offset in first.items():
-            self._pending[tp] = offset
-            try:
-                self._kafka.seek(TopicPartition(tp.topic, tp.partition, offset))
-            except KafkaException as exc:
-                self._log.warning("rewind_failed", partition=tp.partition, error=str(exc))
-        time.sleep(0.5)
+        self._pending.update(first)
+        self._backlog.extendleft(reversed(records))
+        time.sleep(0.2)
 
     def _commit(self) -> bool:
         """Commits the consumed offsets; False if they were not committed (the batch must not be handed out)."""
@@ -376,8 +382,7 @@ class Consumer:
             except KafkaException as exc:
                 error = exc.args[0]
             if error.code() in _kafka.OWNERSHIP_LOST:
-                # The Start markers are written: the tracker redelivers whatever the new owner does not re-read.
-                self._log.warning("commit_fenced", error=error.str())
+                self._log.info("commit_fenced", error=error.str())
                 self._pending.clear()
                 return False
             self._log.warning("commit_failed", error=error.str(), attempt=attempt)
@@ -453,7 +458,9 @@ class Consumer:
     def _forget(self, gone: set[tuple[str, int]]) -> None:
         # Neither committed nor Started: the partition's next owner reads these records again.
         self._pending = {tp: off for tp, off in self._pending.items() if (tp.topic, tp.partition) not in gone}
-        self._backlog = deque(r for r in self._backlog if (r.topic(), r.partition()) not in gone)
+        kept = [r for r in self._backlog if (r.topic(), r.partition()) not in gone]
+        self._backlog.clear()  # in place: a caller may hold the deque (this runs inside poll)
+        self._backlog.extend(kept)
 
     def _check_topics(self) -> None:
         topic = self._config.message_topic

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from kmq import (
     Config,
+    Consumer,
     ConsumerClosedError,
     InvalidQueueNameError,
     KafkaClientError,
@@ -48,6 +50,37 @@ def test_two_consumers_of_one_queue_split_the_partitions_and_each_message_comes_
         extra = [c.receive(1.0) for c in (one, two)]
     assert sorted(got) == sorted(b"%d" % i for i in range(200))
     assert extra == [None, None]
+
+
+def test_a_consumer_joining_during_a_backlog_loses_and_stalls_nothing_without_a_tracker(
+    kmq_config: ConfigFactory,
+) -> None:
+    # No tracker: every message must come through the consumer group alone, across the rebalance.
+    config = kmq_config(partitions=6)
+    queue = Service(config).queue("join")
+    with queue.producer() as producer:
+        for i in range(6000):
+            producer.send_async(b"%d" % i)
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def drain(consumer: Consumer) -> None:
+        deadline = time.monotonic() + 40
+        while len(got) < 6000 and time.monotonic() < deadline:
+            msg = consumer.receive(0.2)
+            if msg is not None:
+                with lock:
+                    got.append(msg.payload)
+                msg.ack()
+
+    with queue.consumer() as one:
+        first = threading.Thread(target=drain, args=(one,))
+        first.start()
+        time.sleep(0.3)
+        with queue.consumer() as two:
+            drain(two)
+            first.join()
+    assert sorted(got) == sorted(b"%d" % i for i in range(6000))
 
 
 def test_keep_alives_flow_while_a_slow_handler_holds_a_message(kmq_config: ConfigFactory) -> None:

@@ -116,3 +116,10 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_a_non_integer_environment_value_names_the_variable() -> None:
     with pytest.raises(ConfigError, match="KMQ_MAX_IN_FLIGHT='lots'"):
         Config.load(BASE, env={"KMQ_MAX_IN_FLIGHT": "lots"})
+
+
+def test_a_config_survives_pickling_for_worker_processes() -> None:
+    import pickle
+
+    config = Config(**BASE, kafka={"client.rack": "r1"}, max_deliveries=3)
+    assert pickle.loads(pickle.dumps(config)) == config

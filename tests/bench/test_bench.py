@@ -1,0 +1,306 @@
+"""The bench suite (`make bench`, `make bench-quick`): every kmq figure beside its baseline from the same run.
+
+Writes bench-results/<timestamp>/results.json, results.md and PNG plots, and prints the table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer as RawProducer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from kmq import Config, Service, logs
+from kmq.markers import Marker, MarkerType, MessageId, decode, encode
+from kmq.topics import create_topics
+from tests.bench import workloads as w
+from tests.bench.results import Case, markdown, percentiles, write
+from tests.helpers import ROOT, env_for
+from tests.markers_io import read_topic
+
+QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
+N_PRODUCE = 20_000 if QUICK else 100_000
+N_SYNC = 300 if QUICK else 2_000
+N_E2E = 20_000 if QUICK else 100_000
+N_LATENCY, RATE = (3_000, 1_000) if QUICK else (10_000, 2_000)
+N_REDELIVER = 2_000 if QUICK else 10_000
+REBUILD_SIZES = (100_000,) if QUICK else (100_000, 1_000_000)
+MANY_QUEUES = (1, 10) if QUICK else (1, 10, 100)
+N_MANY = 5_000 if QUICK else 20_000
+PARTITIONS = 6
+
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
+
+
+def fresh(bootstrap: str, name: str, **fields: object) -> Config:
+    base = w.group(name)
+    config = Config(bootstrap_servers=bootstrap, message_topic=f"{base}.m", marker_topic=f"{base}.mk",
+                    **fields)  # type: ignore[arg-type]
+    create_topics(config, partitions=PARTITIONS, marker_partitions=3)
+    return config
+
+
+def raw_topic(admin: AdminClient, partitions: int = PARTITIONS) -> str:
+    name = w.group("raw")
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def tracker(config: Config) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def preload(config: Config, queue: str, n: int, size: int = 256) -> None:
+    w.kmq_send(config, queue, n, size, sync=False)
+
+
+def produce_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
+    cases = []
+    for size in (256, 1024, 8192):
+        raw = w.raw_produce(bootstrap, raw_topic(admin), N_PRODUCE, size)
+        ours = w.kmq_send(fresh(bootstrap, "produce"), w.group("produce"), N_PRODUCE, size, sync=False)
+        cases.append(Case(f"send_async {size} B", "msgs/s", ours, raw, "raw produce",
+                          {"messages": N_PRODUCE, "payload": size, "partitions": PARTITIONS, "processes": 1}))
+    raw = w.raw_produce_sync(bootstrap, raw_topic(admin), N_SYNC, 256)
+    ours = w.kmq_send(fresh(bootstrap, "sync"), "bench", N_SYNC, 256, sync=True)
+    cases.append(Case("send (sync) 256 B", "msgs/s", ours, raw, "raw produce+flush",
+                      {"messages": N_SYNC, "payload": 256, "partitions": PARTITIONS, "processes": 1}))
+    return cases
+
+
+def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
+    cases = []
+    for procs in (1, 2):
+        topic = raw_topic(admin)
+        w.raw_produce(bootstrap, topic, N_E2E, 256)
+        raw, _ = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("raw")), N_E2E, procs)
+        config = fresh(bootstrap, "e2e")
+        queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
+        preload(config, queue, N_E2E)
+        proc = tracker(config)
+        try:
+            ours, _ = w.run_consumers(w._kmq_consume, (config, queue), N_E2E, procs)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        cases.append(Case(f"end-to-end acked, {procs} consumer process(es)", "msgs/s", ours, raw,
+                          "raw consume+commit", {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS,
+                                                 "processes": procs, "tracker": "running"}))
+    return cases
+
+
+def latency_case(bootstrap: str, admin: AdminClient) -> Case:
+    topic = raw_topic(admin)
+    raw_producer = RawProducer({"bootstrap.servers": bootstrap, **w.RAW_PRODUCER})
+
+    def raw_send(payload: bytes) -> None:
+        raw_producer.produce(topic, payload, b"bench")
+        raw_producer.poll(0)
+
+    _, raw_lat = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("lat")), N_LATENCY, 1,
+                                 pace=w.paced_sender(raw_send, N_LATENCY, RATE))
+    config = fresh(bootstrap, "lat")
+    queue = w.group("lat")
+    producer = Service(config).queue(queue).producer()
+    _, our_lat = w.run_consumers(w._kmq_consume, (config, queue), N_LATENCY, 1,
+                                 pace=w.paced_sender(producer.send_async, N_LATENCY, RATE))
+    producer.close()
+    ours_p = percentiles([x * 1000 for x in our_lat])
+    raw_p = percentiles([x * 1000 for x in raw_lat])
+    return Case("latency send→handler p99", "ms", ours_p.get("p99"), raw_p.get("p99"), "raw produce→consume",
+                {"messages": N_LATENCY, "rate_per_s": RATE, "payload": "~30 B", "processes": 1},
+                extra={"ours_percentiles": ours_p, "baseline_percentiles": raw_p})
+
+
+def share_case(bootstrap: str, admin: AdminClient, kmq_rate: float) -> Case:
+    setup = {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS, "processes": 1}
+    try:
+        topic = raw_topic(admin)
+        share_group = w.group("share")
+        resource = ConfigResource("group", share_group, incremental_configs=[
+            __import__("confluent_kafka").admin.ConfigEntry(
+                "share.auto.offset.reset", "earliest",
+                incremental_operation=__import__("confluent_kafka").admin.AlterConfigOpType.SET)])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+        w.raw_produce(bootstrap, topic, N_E2E, 256)
+        share, _ = w.run_consumers(w._share_consume, (bootstrap, topic, share_group), N_E2E, 1, timeout_s=180)
+        return Case("end-to-end acked vs share groups (KIP-932)", "msgs/s", kmq_rate, share,
+                    "ShareConsumer explicit ack", setup)
+    except Exception as err:  # noqa: BLE001 - recorded in the results instead of a number
+        return Case("end-to-end acked vs share groups (KIP-932)", "msgs/s", kmq_rate, None,
+                    "ShareConsumer explicit ack", setup, note=f"share groups refused: {type(err).__name__}: {err}")
+
+
+def redelivery_case(bootstrap: str) -> Case:
+    config = fresh(bootstrap, "redeliver", redelivery_timeout_ms=2000, max_in_flight=N_REDELIVER * 2,
+                   receive_buffer_capacity=N_REDELIVER * 2)
+    queue = w.group("redeliver")
+    preload(config, queue, N_REDELIVER)
+    proc = tracker(config)
+    try:
+        # Receives everything, acks nothing, exits without closing: a crash.
+        w.run_consumers(_take_and_die, (config, queue), N_REDELIVER, 1)
+        copies = read_topic(bootstrap, config.message_topic, timeout_s=120,
+                            until=lambda recs: sum(_is_copy(r) for r in recs) >= N_REDELIVER)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    deadlines: dict[str, int] = {}
+    for record in read_topic(bootstrap, config.marker_topic, timeout_s=60):
+        marker = decode(record.value())
+        if marker.type is not MarkerType.END:
+            deadlines[str(marker.message_id)] = record.timestamp()[1] + marker.redeliver_after_ms
+    lags = [max(0, r.timestamp()[1] - deadlines[dict(r.headers())["kmq-first-message-id"].decode()])
+            for r in copies if _is_copy(r)]
+    pcts = percentiles([float(x) for x in lags])
+    return Case("redelivery lag p99 (deadline → copy on messages topic)", "ms", pcts.get("p99"), None, "-",
+                {"messages": len(lags), "redelivery_timeout_ms": 2000, "partitions": PARTITIONS},
+                extra={"ours_percentiles": pcts}, note="target p99 <= 250 ms")
+
+
+def _is_copy(record: object) -> bool:
+    return any(k == "kmq-delivery-count" for k, _ in (record.headers() or []))  # type: ignore[attr-defined]
+
+
+def _take_and_die(config: Config, queue: str, total: object, n: int, go: object, out: object) -> None:
+    logs.configure("error")
+    consumer = Service(config).queue(queue).consumer()
+    go.wait()  # type: ignore[attr-defined]
+    got = 0
+    while got < n:
+        if consumer.receive(0.5) is not None:
+            got += 1
+    with total.get_lock():  # type: ignore[attr-defined]
+        total.value = n  # type: ignore[attr-defined]
+    consumer.flush(30)
+    w._report(out, [])
+
+
+def rebuild_cases(bootstrap: str) -> list[Case]:
+    empty = fresh(bootstrap, "rebuild0")
+    base_rss, _ = _tracker_rebuild(empty, 0)
+    cases = []
+    for n in REBUILD_SIZES:
+        config = fresh(bootstrap, "rebuild")
+        producer = RawProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                                "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+        payload = b"p" * 256
+        for i in range(n):
+            start = Marker(MarkerType.START, MessageId(i % PARTITIONS, i), 3_600_000, b"bench", payload)
+            while True:
+                try:
+                    producer.produce(config.marker_topic, encode(start), b"bench")
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.flush(300)
+        rss, seconds = _tracker_rebuild(config, n)
+        per_message = (rss - base_rss) / n
+        cases.append(Case(f"tracker rebuild {n:,} in-flight", "s", seconds, None, "-",
+                          {"markers": n, "payload": 256, "marker_partitions": 1},
+                          extra={"peak_rss_mb": round(rss / 1e6, 1), "bytes_per_in_flight": round(per_message),
+                                 "baseline_rss_mb": round(base_rss / 1e6, 1)},
+                          note=f"{per_message:.0f} bytes per in-flight message incl. 256 B payload; "
+                               f"targets: 1M <= 10 s, <= payload + 200 B"))
+    return cases
+
+
+def _tracker_rebuild(config: Config, n: int) -> tuple[int, float]:
+    """Starts a tracker, waits until every partition is rebuilt; returns (peak RSS bytes, rebuild seconds)."""
+    proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds: list[float] = []
+    rebuilt: list[int] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "partition_rebuilt" in line:
+                seconds.append(float(re.search(r"seconds=([\d.]+)", line).group(1)))  # type: ignore[union-attr]
+                rebuilt.append(1)
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + 600
+    while len(rebuilt) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    rss = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) * 1024  # type: ignore[union-attr]
+    proc.terminate()
+    proc.wait(60)
+    if proc.stderr is not None:
+        proc.stderr.close()
+    return rss, max(seconds or [0.0])
+
+
+def many_queue_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
+    cases = []
+    for queues in MANY_QUEUES:
+        config = fresh(bootstrap, "many")
+        names = [w.group(f"q{i}") for i in range(queues)]
+        per_queue = N_MANY // queues
+        for name in names:
+            w.kmq_send(config, name, per_queue, 256, sync=False)
+        rate, amplification = _consume_many(config, names, per_queue)
+        topic = raw_topic(admin)
+        w.raw_produce(bootstrap, topic, per_queue * queues, 256)
+        raw, _ = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("rawmany")), per_queue * queues, 1)
+        cases.append(Case(f"{queues} queue(s), one consumer each", "msgs/s", rate, raw, "raw consume+commit",
+                          {"messages": per_queue * queues, "payload": 256, "partitions": PARTITIONS,
+                           "processes": 1, "queues": queues},
+                          extra={"records_read_per_delivered": round(amplification, 2)},
+                          note=f"records read per delivered: {amplification:.1f}"))
+    return cases
+
+
+def _consume_many(config: Config, names: list[str], per_queue: int) -> tuple[float, float]:
+    consumers = [Service(config).queue(n).consumer() for n in names]
+    time.sleep(3)
+    done = [0] * len(names)
+    started = time.perf_counter()
+
+    def drain(i: int) -> None:
+        while done[i] < per_queue:
+            msg = consumers[i].receive(0.5)
+            if msg is not None:
+                msg.ack()
+                done[i] += 1
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(names))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    seconds = time.perf_counter() - started
+    read = sum(c.records_read for c in consumers)
+    for c in consumers:
+        c.close()
+    return sum(done) / seconds, read / max(1, sum(done))
+
+
+def test_bench(kafka_bootstrap: str) -> None:
+    logs.configure("error")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    started = time.monotonic()
+    cases = produce_cases(kafka_bootstrap, admin)
+    e2e = e2e_cases(kafka_bootstrap, admin)
+    cases += e2e
+    cases.append(latency_case(kafka_bootstrap, admin))
+    cases.append(share_case(kafka_bootstrap, admin, e2e[0].ours or 0.0))
+    cases.append(redelivery_case(kafka_bootstrap))
+    cases += rebuild_cases(kafka_bootstrap)
+    cases += many_queue_cases(kafka_bootstrap, admin)
+    out = write(ROOT / "bench-results" / time.strftime("%Y%m%dT%H%M%S"), cases,
+                {"quick": QUICK, "seconds": round(time.monotonic() - started), "broker": "single-node KRaft 4.4.0, "
+                 "local Maven-jar broker unless KMQ_BOOTSTRAP_SERVERS"})
+    print("\n" + markdown(cases) + f"\n\nresults in {out}")
+    assert all(c.ours is not None for c in cases if "share" not in c.name)

@@ -1,0 +1,175 @@
+"""Bench workloads. Each runs in its own process where the GIL would otherwise serialise the sides."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaException
+from confluent_kafka import Producer as RawProducer
+
+from kmq import Config, Service, logs
+
+RAW_PRODUCER = {"enable.idempotence": True, "partitioner": "random", "linger.ms": 5}
+
+
+def raw_produce(bootstrap: str, topic: str, n: int, size: int, key: bytes = b"bench") -> float:
+    producer = RawProducer({"bootstrap.servers": bootstrap, **RAW_PRODUCER})
+    payload = b"x" * size
+    started = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                producer.produce(topic, payload, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(120)
+    return n / (time.perf_counter() - started)
+
+
+def raw_produce_sync(bootstrap: str, topic: str, n: int, size: int) -> float:
+    producer = RawProducer({"bootstrap.servers": bootstrap, **RAW_PRODUCER})
+    payload = b"x" * size
+    started = time.perf_counter()
+    for _ in range(n):
+        producer.produce(topic, payload, b"bench")
+        producer.flush(30)
+    return n / (time.perf_counter() - started)
+
+
+def kmq_send(config: Config, queue: str, n: int, size: int, sync: bool) -> float:
+    payload = b"x" * size
+    with Service(config).queue(queue).producer() as producer:
+        started = time.perf_counter()
+        if sync:
+            for _ in range(n):
+                producer.send(payload)
+        else:
+            for _ in range(n):
+                producer.send_async(payload)
+            producer.flush(120)
+        return n / (time.perf_counter() - started)
+
+
+# --- consumers (run in child processes; they report through a queue) ------------------------------------
+
+def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
+    consumer = RawConsumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, "partition.assignment.strategy": "cooperative-sticky"})
+    consumer.subscribe([topic])
+    go.wait()
+    latencies: list[float] = []
+    while total.value < n:
+        batch = consumer.consume(500, 0.2)
+        good = [m for m in batch if m.error() is None]
+        if not good:
+            continue
+        now = time.time()
+        latencies.extend(now - float(m.value().split(b"|", 1)[0]) for m in good if m.value()[:1] != b"x")
+        # A rebalance under way fails the commit: the next owner re-reads from the last one (at least once).
+        with contextlib.suppress(KafkaException):
+            consumer.commit(asynchronous=False)
+        with total.get_lock():
+            total.value += len(good)
+    _report(out, latencies)
+
+
+def _kmq_consume(config: Config, queue: str, total: Any, n: int, go: Any, out: Any) -> None:
+    logs.configure("error")
+    consumer = Service(config).queue(queue).consumer()
+    go.wait()
+    latencies: list[float] = []
+    while total.value < n:
+        msg = consumer.receive(0.2)
+        if msg is None:
+            continue
+        if msg.payload[:1] != b"x":
+            latencies.append(time.time() - float(msg.payload.split(b"|", 1)[0]))
+        msg.ack()
+        with total.get_lock():
+            total.value += 1
+    consumer.flush(30)
+    _report(out, latencies)
+
+
+def _report(out: Any, latencies: list[float]) -> None:
+    """Sends this process's end time and latencies, then exits at once: no close, so no group leave or
+    release markers of this case overlap the next one (each case uses its own groups)."""
+    out.put((time.perf_counter(), latencies))
+    out.close()
+    out.join_thread()  # os._exit skips the queue's feeder thread otherwise
+    os._exit(0)
+
+
+def _share_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit"})
+    consumer.subscribe([topic])
+    go.wait()
+    while total.value < n:
+        batch = consumer.poll(0.2) or []
+        good = [m for m in batch if m.error() is None]
+        for msg in good:
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        if good:
+            consumer.commit_sync()
+            with total.get_lock():
+                total.value += len(good)
+    _report(out, [])
+
+
+def run_consumers(target: Any, args: tuple[Any, ...], n: int, processes: int, timeout_s: float = 120,
+                  pace: Any = None) -> tuple[float, list[float]]:
+    """Starts ``processes`` consumers, releases them together, returns (msgs/s, latencies in s)."""
+    ctx = mp.get_context("spawn")
+    total, go, out = ctx.Value("l", 0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, total, n, go, out), daemon=True) for _ in range(processes)]
+    for proc in procs:
+        proc.start()
+    time.sleep(3)  # joined and assigned (session start-up is not what we measure)
+    go.set()
+    started = time.perf_counter()
+    if pace is not None:
+        pace()
+    ends, latencies = [], []
+    deadline = time.monotonic() + timeout_s
+    while len(ends) < processes and time.monotonic() < deadline:
+        try:
+            end, lat = out.get(timeout=1)
+        except Exception:  # noqa: BLE001 - queue.Empty from another module
+            continue
+        ends.append(end)
+        latencies.extend(lat)
+    for proc in procs:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+    if len(ends) < processes:
+        raise TimeoutError(f"consumers did not finish {n} messages in {timeout_s}s (got {total.value})")
+    return n / (max(ends) - started), latencies
+
+
+def paced_sender(send: Any, n: int, rate: float) -> Any:
+    """A callable that sends ``n`` timestamped payloads at ``rate`` per second (for latency)."""
+    def run() -> None:
+        interval = 1 / rate
+        started = time.perf_counter()
+        for i in range(n):
+            send(f"{time.time()}|{i}".encode())
+            delay = started + (i + 1) * interval - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+    return run
+
+
+def group(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

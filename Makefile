@@ -12,11 +12,12 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kmq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench]'
 	@touch $@
 
 kafka-fetch: $(STAMP)
 	$(PY) -m kmq.testing.broker fetch
+	$(PY) -c 'from kmq.audit import connector_jars; connector_jars()'
 
 test: kafka-fetch
 	$(PY) -m pytest tests/unit tests/functional
@@ -40,15 +41,10 @@ kafka-down: $(STAMP)
 demo: kafka-fetch
 	$(PY) -m kmq.demo
 
-BENCH_STAMP := $(VENV)/.bench-stamp
-$(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
-	@touch $@
-
-bench: kafka-fetch $(BENCH_STAMP)
+bench: kafka-fetch
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
-bench-quick: kafka-fetch $(BENCH_STAMP)
+bench-quick: kafka-fetch
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
 # Regenerates the committed protobuf modules from the .proto files.

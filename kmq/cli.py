@@ -29,6 +29,8 @@ EXAMPLES = {
     "tracker": "kmq tracker --metrics-port 9464",
     "stats": "kmq stats\n  kmq stats --json --queue emails",
     "dlq": "kmq dlq list emails --limit 20\n  kmq dlq redrive emails",
+    "audit": "kmq audit --queue emails --from 2026-11-21T00:00 --out audit-out\n"
+             "  kmq audit --master spark://spark-master:7077",
 }
 
 
@@ -83,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "redrive"])
     dlq.add_argument("queue")
     dlq.add_argument("--limit", type=int, default=None)
+
+    audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, duplicates, slow, "
+                                "dead-lettered (needs kmq[spark]).")
+    audit.add_argument("--queue", action="append", default=[], help="only these queues")
+    audit.add_argument("--from", dest="from_time", help="enqueued at or after (ISO 8601, UTC if no zone)")
+    audit.add_argument("--to", dest="to_time", help="enqueued before (ISO 8601)")
+    audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
     return parser
 
 
@@ -211,6 +221,41 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _time_ms(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise KmqError(f"not an ISO 8601 time: {text!r}") from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",
+                 "in_flight", "waiting", "lost", "duplicates"]
+
+
+def cmd_audit(config: Config, args: argparse.Namespace) -> int:
+    try:
+        from kmq.audit.job import AuditOptions, run
+    except ImportError as err:
+        raise KmqError(f"kmq audit needs the spark extra: pip install 'kmq[spark]' ({err})") from err
+    options = AuditOptions(queues=tuple(args.queue), from_ms=_time_ms(args.from_time), to_ms=_time_ms(args.to_time),
+                           master=args.master, out_dir=Path(args.out))
+    result = run(config, options)
+    rows = []
+    for name, data in sorted(result["queues"].items()):
+        wait = data.get("wait_ms_p50_p95_p99") or [None] * 3
+        proc = data.get("processing_ms_p50_p95_p99") or [None] * 3
+        rows.append([name, *(str(data.get(c, 0)) for c in AUDIT_COLUMNS), f"{wait[0]}/{wait[2]}",
+                     f"{proc[0]}/{proc[2]}"])
+    print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
+    print(f"malformed markers: {result['malformed_markers']}; results in {args.out}")
+    return EXIT_OK
+
+
 def format_table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
@@ -220,7 +265,7 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 COMMANDS = {"topics": cmd_topics, "send": cmd_send, "worker": cmd_worker, "tracker": cmd_tracker,
-            "stats": cmd_stats, "dlq": cmd_dlq}
+            "stats": cmd_stats, "dlq": cmd_dlq, "audit": cmd_audit}
 
 if __name__ == "__main__":
     sys.exit(main())

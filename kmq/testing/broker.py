@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from kmq._maven import MavenError, cache_root, copy_jars
 from kmq.errors import KmqError
 
 KAFKA_VERSION = os.environ.get("KMQ_KAFKA_VERSION", "4.4.0")
@@ -39,48 +40,17 @@ class BrokerError(KmqError):
     """Raised when the local Kafka broker cannot be fetched, started or reached; the message names the cause."""
 
 
-def cache_root() -> Path:
-    base = os.environ.get("KMQ_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kmq"
-    )
-    return Path(base)
-
-
 def libs_dir(version: str = KAFKA_VERSION) -> Path:
     return cache_root() / f"kafka-{version}" / "libs"
 
 
 def fetch_jars(version: str = KAFKA_VERSION, *, log: bool = True) -> Path:
     """Resolve kafka_2.13:<version> and its runtime jars into the cache; a no-op when already there."""
-    libs = libs_dir(version)
-    stamp = libs / ".complete"
-    if stamp.exists():
-        return libs
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise BrokerError("Maven (mvn) is not on PATH: it is needed once to fetch the Kafka jars")
-    libs.mkdir(parents=True, exist_ok=True)
-    if log:
-        print(f"kmq: fetching Apache Kafka {version} jars from Maven Central into {libs} ...", file=sys.stderr)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="kmq-mvn-") as build_dir:
-        cmd = [
-            mvn, "-B", "-q", "-f", str(POM), "package",
-            f"-Dkafka.version={version}", f"-Dkafka.libs={libs}",
-            f"-Dproject.build.directory={build_dir}",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise BrokerError(
-            f"Maven could not resolve org.apache.kafka:kafka_2.13:{version} "
-            f"(is Maven Central reachable?):\n{tail}"
-        )
-    stamp.write_text(version)
-    if log:
-        size_mb = sum(p.stat().st_size for p in libs.glob("*.jar")) / 1e6
-        print(f"kmq: fetched {size_mb:.0f} MB of jars in {time.monotonic() - started:.1f}s", file=sys.stderr)
-    return libs
+    try:
+        return copy_jars(POM, {"kafka.version": version}, libs_dir(version),
+                         f"org.apache.kafka:kafka_2.13:{version}", log=log)
+    except MavenError as err:
+        raise BrokerError(str(err)) from err
 
 
 def free_port() -> int:

@@ -1,0 +1,252 @@
+"""The lifecycle audit as a Spark job: reads the messages, markers and dead-letter topics with Spark's Kafka
+source, rebuilds every message's lifecycle per queue, and reports what was acked, redelivered, dead-lettered,
+still in flight, overdue, waiting, or lost. Partition-parallel; only per-queue aggregates reach the driver.
+
+Statuses of a message (keyed by its first delivery's id, so redelivered copies fold into the original):
+acked, rejected, dead_lettered (terminal); in_flight (an open delivery, deadline ahead); waiting (its newest
+copy is on the messages topic, not yet started); overdue (an open delivery past its deadline with no
+redelivery: nobody will bring it back); lost = overdue + enqueued copies that vanished (ended as redelivered
+but no copy exists).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from kmq.audit import SPARK_VERSION, connector_jars
+from kmq.config import Config
+from kmq.errors import KmqError
+
+STATUSES = ("acked", "rejected", "dead_lettered", "in_flight", "waiting", "overdue", "orphaned")
+
+MARKER_SCHEMA = T.StructType([
+    T.StructField("queue", T.StringType()), T.StructField("kind", T.StringType()),
+    T.StructField("mid", T.StringType()), T.StructField("origin", T.StringType()),
+    T.StructField("redeliver_after_ms", T.LongType()), T.StructField("delivery_count", T.IntegerType()),
+    T.StructField("end_reason", T.StringType()), T.StructField("reason", T.StringType()),
+    T.StructField("ts", T.LongType()), T.StructField("malformed", T.BooleanType()),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    queues: tuple[str, ...] = ()
+    from_ms: int | None = None
+    to_ms: int | None = None
+    master: str = "local[2]"
+    out_dir: Path = Path("audit-out")
+    now_ms: int | None = None  # the audit's "now" for deadlines; default: the newest marker's timestamp
+
+
+def session(master: str) -> SparkSession:
+    import pyspark
+
+    if pyspark.__version__ != SPARK_VERSION:
+        raise KmqError(f"pyspark {pyspark.__version__} is installed; kmq audit needs {SPARK_VERSION}, the version "
+                       "of Spark's Kafka source it uses (pip install 'kmq[spark]')")
+    # Executors must run the same interpreter, with kmq importable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    jars = ",".join(str(p) for p in connector_jars())
+    return (SparkSession.builder.master(master).appName("kmq-audit")
+            .config("spark.jars", jars)
+            .config("spark.driver.memory", os.environ.get("KMQ_AUDIT_DRIVER_MEMORY", "1g"))
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "8")
+            .getOrCreate())
+
+
+def _read(spark: SparkSession, config: Config, topic: str) -> DataFrame:
+    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("endingOffsets", "latest").option("includeHeaders", "true"))
+    for key, value in config.kafka.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
+def _decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs on the executors: protobuf markers → rows; undecodable ones are flagged, never fatal."""
+    import pandas as pd
+
+    from kmq.errors import MarkerDecodeError
+    from kmq.markers import decode
+
+    for batch in batches:
+        rows: list[tuple[object, ...]] = []
+        for value, ts in zip(batch["value"], batch["ts"], strict=True):
+            try:
+                m = decode(bytes(value) if value is not None else None)
+            except MarkerDecodeError:
+                rows.append((None, None, None, None, 0, 0, None, None, int(ts), True))
+                continue
+            rows.append((m.queue, m.type.name, str(m.message_id), str(m.origin_id), m.redeliver_after_ms,
+                         m.delivery_count or 1, m.end_reason.name, m.reason, int(ts), False))
+        yield pd.DataFrame(rows, columns=MARKER_SCHEMA.fieldNames())
+
+
+def _ms(col: str) -> Any:
+    return (F.col(col).cast("double") * 1000).cast("long")
+
+
+def _header(name: str) -> Any:
+    return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")
+
+
+def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tuple[DataFrame, int, int]:
+    """Per-message lifecycle rows, the number of malformed markers, and the audit's "now" in ms."""
+    raw_markers = _read(spark, config, config.marker_topic).select("value", _ms("timestamp").alias("ts"))
+    markers = raw_markers.mapInPandas(_decode_batches, MARKER_SCHEMA).cache()
+    malformed = markers.filter("malformed").count()
+    markers = markers.filter("NOT malformed")
+    newest = markers.agg(F.max("ts")).first()
+    now_ms = options.now_ms or (newest[0] if newest is not None and newest[0] is not None else 0)
+
+    records = _read(spark, config, config.message_topic).select(
+        F.col("key").cast("string").alias("queue"),
+        F.concat_ws(":", "partition", "offset").alias("mid"),
+        _ms("timestamp").alias("enqueued_ts"),
+        _header("kmq-first-message-id").alias("first_id"),
+    ).withColumn("origin", F.coalesce("first_id", "mid"))
+    copies = records.groupBy("queue", "origin").agg(
+        F.min(F.when(F.col("first_id").isNull(), F.col("enqueued_ts"))).alias("enqueued_ts"),
+        F.count("*").alias("copies"), F.collect_set("mid").alias("copy_ids"))
+
+    starts = markers.filter("kind = 'START'").groupBy("mid").agg(
+        F.first("queue").alias("queue"), F.first("origin").alias("origin"), F.min("ts").alias("start_ts"),
+        F.max("delivery_count").alias("delivery_count"))
+    last_beat = markers.filter("kind != 'END'").groupBy("mid").agg(
+        F.max(F.col("ts") + F.col("redeliver_after_ms")).alias("deadline_ts"),
+        F.sum(F.when(F.col("reason") == "released", 1).otherwise(0)).alias("released"))
+    ends = markers.filter("kind = 'END'").groupBy("mid").agg(
+        F.first("end_reason").alias("end_reason"), F.min("ts").alias("end_ts"))
+    deliveries = starts.join(last_beat, "mid", "left").join(ends, "mid", "left")
+
+    dead = _read(spark, config, config.dlq_topic).select(
+        F.col("key").cast("string").alias("queue"), _header("kmq-first-message-id").alias("origin")
+    ).withColumn("in_dlq", F.lit(True)).dropDuplicates(["queue", "origin"])
+
+    per_message = deliveries.groupBy("queue", "origin").agg(
+        F.count("*").alias("deliveries"),
+        F.max("delivery_count").alias("max_delivery_count"),
+        F.min("start_ts").alias("first_start_ts"),
+        F.sum(F.when(F.col("end_reason") == "ACKED", 1).otherwise(0)).alias("acks"),
+        F.max(F.when(F.col("end_reason") == "ACKED", F.col("end_ts") - F.col("start_ts"))).alias("processing_ms"),
+        F.max(F.when(F.col("end_reason") == "ACKED", F.col("end_ts"))).alias("acked_ts"),
+        F.max((F.col("end_reason") == "REJECTED").cast("int")).alias("rejected"),
+        F.max((F.col("end_reason") == "DEAD_LETTERED").cast("int")).alias("dead_by_tracker"),
+        F.sum(F.when(F.col("end_reason") == "REDELIVERED", 1).otherwise(0)).alias("redelivered"),
+        F.sum("released").alias("released"),
+        F.sum(F.when(F.col("end_reason").isNull() & (F.col("deadline_ts") >= now_ms), 1).otherwise(0))
+        .alias("open_alive"),
+        F.sum(F.when(F.col("end_reason").isNull() & (F.col("deadline_ts") < now_ms), 1).otherwise(0))
+        .alias("open_overdue"),
+    )
+    life = (copies.join(per_message, ["queue", "origin"], "full_outer").join(dead, ["queue", "origin"], "left")
+            .fillna({"deliveries": 0, "acks": 0, "redelivered": 0, "released": 0, "open_alive": 0,
+                     "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
+    started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
+    life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
+                           .when(F.col("rejected") > 0, "rejected")
+                           .when((F.col("dead_by_tracker") > 0) | F.col("in_dlq"), "dead_lettered")
+                           .when(F.col("open_alive") > 0, "in_flight")
+                           .when(F.col("open_overdue") > 0, "overdue")
+                           .when(F.col("copies") > started_copies, "waiting")
+                           .otherwise("orphaned"))
+    life = life.withColumn("wait_ms", F.col("first_start_ts") - F.col("enqueued_ts"))
+    if options.queues:
+        life = life.filter(F.col("queue").isin(list(options.queues)))
+    if options.from_ms is not None:
+        life = life.filter(F.col("enqueued_ts") >= options.from_ms)
+    if options.to_ms is not None:
+        life = life.filter(F.col("enqueued_ts") < options.to_ms)
+    return life.drop("copy_ids"), int(malformed), int(now_ms)
+
+
+def summarise(life: DataFrame) -> dict[str, dict[str, Any]]:
+    """Per-queue counts, percentiles and the delivery-count histogram (small: collected to the driver)."""
+    pct = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
+    rows = life.groupBy("queue").agg(
+        F.count(F.when(F.col("enqueued_ts").isNotNull(), 1)).alias("produced"),
+        F.sum(F.when(F.col("deliveries") > 0, 1).otherwise(0)).alias("delivered"),
+        F.sum("deliveries").alias("deliveries"),
+        F.sum("released").alias("released"),
+        F.sum("redelivered").alias("redelivered"),
+        F.sum(F.greatest(F.col("acks") - 1, F.lit(0))).alias("duplicate_acks"),
+        F.sum(F.when(F.col("acks") > 1, 1).otherwise(0)).alias("duplicates"),
+        *[F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES],
+        F.percentile_approx("wait_ms", pct).alias("wait_ms_p50_p95_p99"),
+        F.percentile_approx("processing_ms", pct).alias("processing_ms_p50_p95_p99"),
+    ).collect()
+    histogram = life.groupBy("queue", "max_delivery_count").count().collect()
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        data = row.asDict()
+        data["lost"] = data["overdue"] + data["orphaned"]
+        out[data.pop("queue")] = data
+    for row in histogram:
+        if row["queue"] in out and row["max_delivery_count"] is not None:
+            out[row["queue"]].setdefault("delivery_count_histogram", {})[str(row["max_delivery_count"])] = row["count"]
+    return out
+
+
+def per_minute(life: DataFrame) -> list[dict[str, Any]]:
+    return [r.asDict() for r in life.filter("acked_ts IS NOT NULL")
+            .groupBy("queue", (F.col("acked_ts") / 60000).cast("long").alias("minute")).count()
+            .orderBy("queue", "minute").collect()]
+
+
+def run(config: Config, options: AuditOptions) -> dict[str, Any]:
+    """Runs the audit; writes lifecycle and summary Parquet, summary.json and a chart into ``out_dir``."""
+    spark = session(options.master)
+    try:
+        life, malformed, now_ms = lifecycles(spark, config, options)
+        life = life.cache()
+        options.out_dir.mkdir(parents=True, exist_ok=True)
+        life.write.mode("overwrite").parquet(str(options.out_dir / "lifecycle.parquet"))
+        queues = summarise(life)
+        spark.createDataFrame([{"queue": q, **{k: v for k, v in d.items() if isinstance(v, int)}}
+                               for q, d in queues.items()] or [{"queue": ""}]) \
+            .write.mode("overwrite").parquet(str(options.out_dir / "summary.parquet"))
+        minutes = per_minute(life)
+    finally:
+        spark.stop()
+    result = {"queues": queues, "malformed_markers": malformed, "now_ms": now_ms,
+              "topics": [config.message_topic, config.marker_topic, config.dlq_topic]}
+    (options.out_dir / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    _chart(options.out_dir, queues, minutes)
+    return result
+
+
+def _chart(out_dir: Path, queues: dict[str, dict[str, Any]], minutes: list[dict[str, Any]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, data in queues.items():
+        values = data.get("processing_ms_p50_p95_p99") or []
+        if values:
+            left.plot(["p50", "p95", "p99"], values, marker="o", label=name)
+        points = [m for m in minutes if m["queue"] == name]
+        right.plot([m["minute"] for m in points], [m["count"] for m in points], marker=".", label=name)
+    left.set_title("processing time (ms)")
+    right.set_title("acked per minute")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "audit.png")
+    plt.close(fig)

@@ -1,0 +1,113 @@
+"""The Spark lifecycle audit against scripted scenarios on the real broker (local mode)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer as RawProducer
+
+from kmq import Service
+from kmq.audit.job import AuditOptions, run
+from kmq.markers import Marker, MarkerType, MessageId, encode
+from tests.conftest import ConfigFactory
+from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_thread
+from tests.markers_io import wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_audit_accounts_for_every_message_of_a_scripted_scenario(
+    kmq_config: ConfigFactory, tmp_path: Path
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=2000, max_deliveries=3, consumer_kafka=FAST_GROUP)
+    service = Service(config)
+    alpha, beta = service.queue("alpha"), service.queue("beta")
+    with alpha.producer() as pa, beta.producer() as pb:
+        for i in range(10):
+            pa.send(b"a-%d" % i)
+        for i in range(3):
+            pb.send(b"crash-%d" % i)
+    with tracker_thread(config) as tracker:
+        # beta: a worker takes 3 messages and is killed; another consumer gets them back and acks.
+        worker = WorkerProcess(config, "beta", hold=3)
+        worker.wait_holding()
+        worker.kill()
+        with alpha.consumer() as ca:
+            msgs = {m.payload: m for m in receive_n(ca, 10)}
+            for i in range(6):
+                msgs[b"a-%d" % i].ack()
+            for i in (6, 7):
+                msgs[b"a-%d" % i].release()
+            for i in (8, 9):
+                msgs[b"a-%d" % i].reject("bad")
+            for again in receive_n(ca, 2, timeout_s=30):
+                again.ack()
+            ca.flush()
+        with beta.producer() as pb:
+            for i in range(2):
+                pb.send(b"poison-%d" % i)
+            pb.send(b"held")
+            pb.send(b"ok-0")
+            pb.send(b"ok-1")
+        with beta.consumer() as cb:
+            held = None
+            deadline = time.monotonic() + 60
+            settled = 0
+            while settled < 3 + 2 * 3 + 2 and time.monotonic() < deadline:
+                msg = cb.receive(0.5)
+                if msg is None:
+                    continue
+                if msg.payload == b"held":
+                    held = msg
+                    continue
+                if msg.payload.startswith(b"poison"):
+                    msg.release()
+                else:
+                    msg.ack()
+                settled += 1
+            assert held is not None
+            assert wait_for(lambda: tracker.metrics.dead_letters.labels("beta")._value.get() == 2, timeout_s=30)
+            cb.flush()
+            time.sleep(1.5)  # a keep-alive for "held" after the last Start: it is in flight, not overdue
+            result = run(config, AuditOptions(master="local[2]", out_dir=tmp_path))
+            held.ack()
+    a, b = result["queues"]["alpha"], result["queues"]["beta"]
+    assert {k: a[k] for k in ("produced", "delivered", "acked", "released", "rejected", "redelivered",
+                              "dead_lettered", "in_flight", "lost", "duplicates")} == {
+        "produced": 10, "delivered": 10, "acked": 8, "released": 2, "rejected": 2, "redelivered": 2,
+        "dead_lettered": 0, "in_flight": 0, "lost": 0, "duplicates": 0}
+    assert {k: b[k] for k in ("produced", "acked", "redelivered", "released", "dead_lettered", "in_flight",
+                              "lost")} == {
+        "produced": 8, "acked": 5, "redelivered": 3 + 2 * 2, "released": 6, "dead_lettered": 2, "in_flight": 1,
+        "lost": 0}
+    assert a["delivery_count_histogram"] == {"1": 8, "2": 2}
+    assert b["delivery_count_histogram"] == {"1": 3, "2": 3, "3": 2}
+    assert result["malformed_markers"] == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["queues"]["alpha"]["acked"] == 8
+    assert (tmp_path / "lifecycle.parquet").is_dir() and (tmp_path / "audit.png").exists()
+
+
+def test_the_audit_reports_a_start_without_end_past_its_deadline_as_lost_and_counts_garbage(
+    kmq_config: ConfigFactory, tmp_path: Path
+) -> None:
+    config = kmq_config(partitions=1, marker_partitions=1)
+    with Service(config).queue("q").producer() as producer:
+        first = producer.send(b"done")
+        second = producer.send(b"vanishes")
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    for mid, payload in ((first, b"done"), (second, b"vanishes")):
+        start = Marker(MarkerType.START, MessageId(mid.partition, mid.offset), 500, b"q", payload)
+        raw.produce(config.marker_topic, encode(start), b"q")
+    raw.produce(config.marker_topic, encode(Marker(MarkerType.END, first)), b"q")
+    raw.produce(config.marker_topic, b"garbage", b"q")
+    assert raw.flush(10) == 0
+    time.sleep(1.0)
+    now_ms = int(time.time() * 1000)
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms))
+    q = result["queues"]["q"]
+    assert (q["produced"], q["acked"], q["overdue"], q["lost"]) == (2, 1, 1, 1)
+    assert result["malformed_markers"] == 1

@@ -13,7 +13,7 @@ import queue as stdqueue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -57,7 +57,6 @@ class Attempt:
     failures: int = 0
     due: float = 0.0
     copy_done: bool = False
-    fired_at: float = field(default_factory=time.monotonic)
 
 
 class RedeliveryTracker:

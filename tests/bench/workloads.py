@@ -67,7 +67,9 @@ def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go:
     go.wait()
     latencies: list[float] = []
     while total.value < n:
-        batch = consumer.consume(500, 0.2)
+        # Same fetch pattern as kmq's consumer: the first record as soon as it comes, then what is buffered.
+        first = consumer.poll(0.2)
+        batch = [first, *consumer.consume(499, 0)] if first is not None else []
         good = [m for m in batch if m.error() is None]
         if not good:
             continue

@@ -9,21 +9,10 @@ import pytest
 from kmq import Service
 from kmq.markers import MarkerType
 from tests.conftest import ConfigFactory
+from tests.helpers import receive_n
 from tests.markers_io import read_markers
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def drain(consumer, count: int, timeout_s: float = 30.0) -> list:  # type: ignore[no-untyped-def]
-    import time
-
-    got = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.receive(0.5)
-        if msg is not None:
-            got.append(msg)
-    return got
 
 
 def test_two_queues_on_one_topic_each_get_exactly_their_own_messages(kmq_config: ConfigFactory) -> None:
@@ -38,8 +27,8 @@ def test_two_queues_on_one_topic_each_get_exactly_their_own_messages(kmq_config:
         assert pa.flush(10) == 0
 
     with service.queue("A").consumer() as ca, service.queue("B").consumer() as cb:
-        got_a = drain(ca, n)
-        got_b = drain(cb, m)
+        got_a = receive_n(ca, n)
+        got_b = receive_n(cb, m)
         for msg in got_a + got_b:
             msg.ack()
         assert ca.receive(1.0) is None and cb.receive(0.5) is None

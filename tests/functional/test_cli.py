@@ -132,3 +132,37 @@ def test_malformed_yaml_is_one_clear_line(tmp_path: Path) -> None:
     path.write_text("bootstrap-servers: [oops\n")
     result = kmq(None, "stats", "--config", str(path))
     assert result.returncode == 1 and "is not valid YAML" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_worker_in_process_mode_runs_the_handler_in_a_pool(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    assert kmq(config, "send", "cpu", "c-{i}", "--count", "5").returncode == 0
+    worker = start_worker(config, "tests.handlers:record", "cpu", "--processes", "--concurrency", "2")
+    assert wait_for(lambda: _stats(config, "cpu")["acked"] == 5, timeout_s=60)
+    assert stop(worker) == {"acked": 5}
+
+
+def test_the_worker_decorator_runs_a_function_over_a_queue(kmq_config: ConfigFactory) -> None:
+    import threading
+
+    from kmq import Message, Service
+
+    config = kmq_config()
+    queue = Service(config).queue("deco")
+    seen: list[bytes] = []
+
+    @queue.worker(concurrency=2)
+    def handle(message: Message) -> None:
+        seen.append(message.payload)
+
+    with queue.producer() as producer:
+        for i in range(4):
+            producer.send(b"%d" % i)
+    runner = threading.Thread(target=handle.run, kwargs={"install_signals": False})
+    runner.start()
+    try:
+        assert wait_for(lambda: len(seen) == 4, timeout_s=30)
+    finally:
+        handle.stop()
+        runner.join(30)
+    assert sorted(seen) == [b"0", b"1", b"2", b"3"] and handle.counts == {"acked": 4}

@@ -224,3 +224,32 @@ def test_a_start_marker_written_with_the_plain_upstream_schema_is_redelivered(km
         msg = receive_n(consumer, 1, timeout_s=20)[0]
         msg.ack()
     assert (msg.payload, msg.delivery_count, str(msg.first_message_id)) == (b"from-go", 2, "0:7")
+
+
+def test_the_metrics_endpoint_serves_prometheus_figures_and_healthz(kmq_config: ConfigFactory) -> None:
+    import urllib.request
+
+    from redelivery.metrics import serve
+    from tests.helpers import free_port
+
+    config = kmq_config(marker_partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    raw.produce(config.marker_topic, encode(Marker(MarkerType.START, MessageId(0, 0), 600_000, b"m", b"x")), b"m")
+    raw.produce(config.marker_topic, b"junk", b"m")
+    assert raw.flush(10) == 0
+    port = free_port()
+    with tracker_thread(config.replace(metrics_port=port)) as tracker:
+        server = serve(tracker.metrics, port, healthy=lambda: not tracker.stopped)
+        try:
+            def scraped() -> str:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    return str(response.read().decode())
+
+            assert wait_for(lambda: 'kmq_in_flight{queue="m"} 1.0' in scraped(), timeout_s=30)
+            text = scraped()
+            assert "kmq_malformed_markers_total 1.0" in text and "kmq_rebuild_seconds_count 1.0" in text
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+                assert response.status == 200 and response.read() == b"ok\n"
+        finally:
+            server.shutdown()
+            server.server_close()

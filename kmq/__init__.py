@@ -1,5 +1,6 @@
 """kmq: SQS-style queues with per-message acknowledgement on Apache Kafka."""
 
+from kmq._kafka import Delivery
 from kmq.config import Config
 from kmq.consumer import Consumer
 from kmq.errors import (
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigError",
     "Consumer",
     "ConsumerClosedError",
+    "Delivery",
     "DeliveryError",
     "InvalidQueueNameError",
     "KafkaClientError",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from types import TracebackType
 
 import structlog
 
 from kmq import _kafka
+from kmq._kafka import Delivery
 from kmq.config import Config
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
 from kmq.markers import MessageId
@@ -48,7 +47,7 @@ def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
 class Producer:
     """Sends messages to one queue. Thread-safe; use as a context manager or call ``close()``.
 
-    ``send`` blocks until the record is durable (acks=all, idempotent); ``send_async`` returns a Future.
+    ``send`` blocks until the record is durable (acks=all, idempotent); ``send_async`` returns a Future-like Delivery.
     """
 
     def __init__(self, config: Config, queue: str) -> None:
@@ -64,8 +63,9 @@ class Producer:
         return self._queue
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,
-                   on_delivery: DeliveryCallback | None = None) -> Future[MessageId]:
-        """Queues one message; the Future resolves to its MessageId once durable, or raises DeliveryError."""
+                   on_delivery: DeliveryCallback | None = None) -> Delivery[MessageId]:
+        """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
+        raises DeliveryError."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
@@ -73,7 +73,7 @@ class Producer:
         if on_delivery is not None:
             callback = on_delivery
 
-            def report(done: Future[MessageId]) -> None:
+            def report(done: Delivery[MessageId]) -> None:
                 err = done.exception()
                 callback(err if isinstance(err, KmqError) else None, None if err else done.result())
 
@@ -86,7 +86,7 @@ class Producer:
         future = self.send_async(payload, headers)
         try:
             return future.result(wait_s)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:
             raise DeliveryError(
                 f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "
                 f"is Kafka reachable at {self._config.bootstrap_servers}?", retriable=True) from None

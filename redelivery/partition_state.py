@@ -1,7 +1,7 @@
 """The in-flight messages of one markers partition, in three structures kept in step.
 
 - ``in_progress``: message id → InFlight (the Start marker's payload, held once);
-- ``by_offset``: marker offset → message id (SortedDict), whose first key is the offset to commit;
+- ``by_offset``: the marker offsets of in-flight Starts (SortedList), whose first is the offset to commit;
 - ``by_deadline``: message id → deadline ms (heapdict), whose top is the next message to redeliver.
 
 Lifecycle of a message: Start inserts it in all three; KeepAlive moves its deadline; ``take_expired`` removes
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from heapdict import heapdict
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from kmq.markers import Marker, MarkerType, MessageId
 
@@ -37,7 +37,7 @@ class PartitionState:
 
     partition: int
     in_progress: dict[MessageId, InFlight] = field(default_factory=dict)
-    by_offset: SortedDict = field(default_factory=SortedDict)
+    by_offset: SortedList = field(default_factory=SortedList)
     by_deadline: heapdict = field(default_factory=heapdict)
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
@@ -58,7 +58,7 @@ class PartitionState:
         if known is None:
             deadline = timestamp_ms + marker.redeliver_after_ms
             self.in_progress[marker.message_id] = InFlight(marker, offset, timestamp_ms, deadline)
-            self.by_offset[offset] = marker.message_id
+            self.by_offset.add(offset)
             self.by_deadline[marker.message_id] = deadline
         elif marker.message_id in self.by_deadline:
             # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
@@ -85,7 +85,7 @@ class PartitionState:
         if known is None:
             self.stats["unknown_end"] += 1
             return
-        del self.by_offset[known.marker_offset]
+        self.by_offset.remove(known.marker_offset)
         self.by_deadline.pop(message_id, None)
 
     def next_deadline_ms(self) -> int | None:
@@ -109,7 +109,7 @@ class PartitionState:
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
         if self.by_offset:
-            return int(self.by_offset.peekitem(0)[0])
+            return int(self.by_offset[0])
         return self.next_offset
 
     def __len__(self) -> int:

@@ -66,6 +66,7 @@ class Consumer:
         self._closed = False
         self._stop = threading.Event()
         self._room_freed = threading.Event()
+        self._waiting_for_room = False
         self.rebalances = 0
         #: Records read from the messages topic, this queue's and others' (read amplification).
         self.records_read = 0
@@ -112,7 +113,7 @@ class Consumer:
             wait = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
             try:
                 msg = self._buffer.get(timeout=wait)
-                self._room_freed.set()
+                self._wake_loop()
                 return msg
             except stdqueue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -196,7 +197,12 @@ class Consumer:
             self._check_open(message)
             self._in_flight.pop(message.message_id, None)
         self._send_marker(marker)
-        self._room_freed.set()
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
+        # Event.set takes a condition lock: only pay for it when the loop is actually waiting for room.
+        if self._waiting_for_room:
+            self._room_freed.set()
 
     def _check_open(self, message: Message) -> None:
         if self._closed:
@@ -251,8 +257,17 @@ class Consumer:
         buffered = self._buffer.qsize()
         return min(self._config.receive_buffer_capacity - buffered, self._config.max_in_flight - self.in_flight)
 
-    def _poll_once(self) -> None:
+    def _usable_room(self) -> int:
         room = self._room()
+        # A Start batch and a commit cost the same for 1 record or 100: while the workers still have buffered
+        # messages to get through, wait for a quarter of the room instead of Starting records one by one.
+        limit = min(self._config.receive_buffer_capacity, self._config.max_in_flight)
+        if 0 < room < max(1, limit // 4) and not self._buffer.empty():
+            return 0
+        return room
+
+    def _poll_once(self) -> None:
+        room = self._usable_room()
         # Records wait in a local backlog while the workers are busy; fetching pauses only when it is long,
         # because every pause/resume costs a fetch round trip.
         backlog = len(self._backlog)
@@ -260,7 +275,10 @@ class Consumer:
         wait_s = 0.0 if backlog else self._config.next_message_timeout_ms / 1000
         if room <= 0:
             # Full: sleep until a message is settled, but still poll (the group must not evict us).
-            self._room_freed.wait(0.1)
+            self._waiting_for_room = True
+            if self._usable_room() <= 0:  # re-check: a settle before the flag was set would not wake us
+                self._room_freed.wait(0.1)
+            self._waiting_for_room = False
             self._room_freed.clear()
             wait_s = 0.0
         fetched = self._fetch(wait_s)  # may run rebalance callbacks, which replace self._backlog

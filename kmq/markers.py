@@ -79,37 +79,29 @@ class Marker:
         return self.first_message_id or self.message_id
 
 
+_SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enqueued_at_ms", "client_id",
+                  "instance_id", "reason")
+
+
 def encode(marker: Marker) -> bytes:
     """Serialises a marker; fields 1-6 exactly as kafka-mq-go writes them (message_id always present)."""
     # Built through the constructor so partition 0 / offset 0 is still written (bytes 1a 00), as Go does.
     mid = marker.message_id
     msg = pb.Marker(message_id=pb.MessageID(partition=mid.partition, offset=mid.offset))
     # Only non-default fields are set: each constructor argument costs time on the hot path (two per message).
+    for name in _SCALAR_FIELDS:
+        value = getattr(marker, name)
+        if value:
+            setattr(msg, name, value)
     if marker.type:
         msg.type = cast(Any, int(marker.type))
-    if marker.redeliver_after_ms:
-        msg.redeliver_after_ms = marker.redeliver_after_ms
-    if marker.key:
-        msg.key = marker.key
-    if marker.value:
-        msg.value = marker.value
-    if marker.delivery_count:
-        msg.delivery_count = marker.delivery_count
+    if marker.end_reason:
+        msg.end_reason = cast(Any, int(marker.end_reason))
     if marker.first_message_id is not None:
         first = marker.first_message_id
         msg.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
-    if marker.enqueued_at_ms:
-        msg.enqueued_at_ms = marker.enqueued_at_ms
-    if marker.client_id:
-        msg.client_id = marker.client_id
-    if marker.instance_id:
-        msg.instance_id = marker.instance_id
     for key, value in marker.headers:
         msg.headers.add(key=key, value=value)
-    if marker.end_reason:
-        msg.end_reason = cast(Any, int(marker.end_reason))
-    if marker.reason:
-        msg.reason = marker.reason
     return msg.SerializeToString()
 
 

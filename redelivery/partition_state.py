@@ -88,11 +88,6 @@ class PartitionState:
         self.by_offset.remove(known.marker_offset)
         self.by_deadline.pop(message_id, None)
 
-    def next_deadline_ms(self) -> int | None:
-        if not self.by_deadline:
-            return None
-        return int(self.by_deadline.peekitem()[1])
-
     def take_expired(self, now_ms: int) -> list[InFlight]:
         """Removes and returns, in deadline order, every message whose deadline is strictly before ``now_ms``."""
         expired: list[InFlight] = []
@@ -100,11 +95,6 @@ class PartitionState:
             message_id, _ = self.by_deadline.popitem()
             expired.append(self.in_progress[message_id])
         return expired
-
-    def rearm(self, item: InFlight, deadline_ms: int) -> None:
-        """Puts a message taken for redelivery back on the deadline queue (its redelivery could not start)."""
-        if item.start.message_id in self.in_progress and item.start.message_id not in self.by_deadline:
-            self._move_deadline(item, deadline_ms)
 
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
@@ -114,9 +104,6 @@ class PartitionState:
 
     def __len__(self) -> int:
         return len(self.in_progress)
-
-    def payload_bytes(self) -> int:
-        return sum(len(i.start.value) for i in self.in_progress.values())
 
     def per_queue(self) -> dict[str, tuple[int, int]]:
         """Queue → (in flight, oldest Start timestamp ms)."""

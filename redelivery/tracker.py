@@ -335,9 +335,9 @@ class RedeliveryTracker:
         if not self.publish_metrics or now - self._last_publish < METRICS_INTERVAL_S:
             return
         self._last_publish = now
+        clock_ms = max((p.clock.now_ms() or 0 for p in self._partitions.values()), default=0)
         for queue, figures in self.snapshot()["queues"].items():  # type: ignore[attr-defined]
             self.metrics.in_flight.labels(queue).set(figures["in_flight"])
-            clock_ms = max((p.clock.now_ms() or 0) for p in self._partitions.values())
             self.metrics.oldest_age.labels(queue).set(max(0, clock_ms - figures["oldest_start_ms"]) / 1000)
         for p, part in self._partitions.items():
             _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, p),

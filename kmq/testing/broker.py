@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -236,13 +236,6 @@ class LocalKafka:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_kafka(**kwargs: object) -> Iterator[LocalKafka]:
-    broker = LocalKafka(**kwargs)  # type: ignore[arg-type]
-    with broker:
-        yield broker
 
 
 # --- `make kafka-up` / `make kafka-down`: a broker that outlives the command that started it -----------

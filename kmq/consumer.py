@@ -98,6 +98,11 @@ class Consumer:
         return self._assigned
 
     @property
+    def fetch_paused(self) -> bool:
+        """True while fetching is paused because the local backlog of read records is full."""
+        return self._paused
+
+    @property
     def in_flight(self) -> int:
         """Messages read and not yet settled (buffered or handed out)."""
         return len(self._in_flight)
@@ -448,8 +453,12 @@ class Consumer:
         self.rebalances += 1
         consumer.incremental_assign(partitions)
         self._assigned = self._assigned | {p.partition for p in partitions}
+        # Set both ways: librdkafka keeps a partition's paused flag across revoke/lost and re-assignment, so a
+        # partition paused before it left would come back paused after the rest were resumed, and never be read.
         if self._paused:
             consumer.pause(partitions)
+        else:
+            consumer.resume(partitions)
         self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:

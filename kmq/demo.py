@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -23,7 +25,7 @@ from kmq.config import Config
 from kmq.lifecycle import QueueSummary
 from kmq.markers import MessageId
 from kmq.service import Service
-from kmq.stats import MarkerScanner
+from kmq.stats import MarkerScanner, waiting_origins
 from kmq.testing.broker import LocalKafka
 from kmq.topics import create_topics
 
@@ -107,40 +109,56 @@ def run(config: Config, logs_dir: Path) -> int:
                 proc.kill()
         summaries = scanner.read_to_end().summary()
         scanner.close()
-    return report(sent, summaries, duration)
+    return report(config, sent, summaries, duration)
 
 
-def report(sent: dict[str, set[MessageId]], summaries: Mapping[str, QueueSummary], duration: float) -> int:
-    rows, lost_total = [], 0
-    for name in QUEUES:
+def report(config: Config, sent: dict[str, set[MessageId]], summaries: Mapping[str, QueueSummary],
+           duration: float) -> int:
+    rows, lost_total, unfinished_total = [], 0, 0
+    for name in sent:
         s = summaries.get(name) or QueueSummary()
-        acked, dead = s.acked_origins, s.dead_origins
-        lost = len(sent[name] - acked - dead)
-        lost_total += lost
-        rows.append([name, f"{len(sent[name]):,}", f"{len(acked & sent[name]):,}",
-                     f"{s.redelivered:,}", f"{s.recovered:,}",
-                     f"{len(dead & sent[name]):,}", str(lost), f"{duration:.1f}s",
+        done = s.acked_origins | s.dead_origins
+        # Not done by the deadline is not lost: a job still on the topic or in flight will be processed.
+        unfinished = (sent[name] & (s.in_flight_origins | waiting_origins(config, name))) - done
+        lost = sent[name] - done - unfinished
+        lost_total += len(lost)
+        unfinished_total += len(unfinished)
+        rows.append([name, f"{len(sent[name]):,}", f"{len(s.acked_origins & sent[name]):,}",
+                     f"{s.redelivered:,}", f"{s.recovered:,}", f"{len(s.dead_origins & sent[name]):,}",
+                     f"{len(unfinished):,}", f"{len(lost):,}", f"{duration:.1f}s",
                      f"{len(sent[name]) / duration:,.0f}"])
     print()
-    print(format_table(["queue", "sent", "acked", "redelivered", "after crash", "dead-lettered", "lost",
-                        "duration", "msgs/s"], rows))
+    print(format_table(["queue", "sent", "acked", "redelivered", "after crash", "dead-lettered", "unfinished",
+                        "lost", "duration", "msgs/s"], rows))
     print("redelivered: every delivery after the first (retries of failed jobs included); after crash: jobs the\n"
-          "tracker took back from the killed worker (no ack, no release before the deadline).")
+          "tracker took back from the killed worker (no ack, no release before the deadline); unfinished: still\n"
+          "on the topic or in flight at the deadline; lost: neither done nor anywhere a worker would find it.")
     print()
-    say("lost = 0: every job was acked or dead-lettered" if lost_total == 0 else f"LOST {lost_total} jobs")
-    return 0 if lost_total == 0 else 1
+    if lost_total:
+        say(f"LOST {lost_total:,} jobs: not acked, not dead-lettered, not in flight, not waiting on the topic")
+    if unfinished_total:
+        say(f"UNFINISHED {unfinished_total:,} jobs after {TIMEOUT_S} s (waiting on the topic or in flight): "
+            f"nothing lost, but the workers did not keep up")
+    if not lost_total and not unfinished_total:
+        say("lost = 0, unfinished = 0: every job was acked or dead-lettered")
+    return 0 if lost_total == 0 and unfinished_total == 0 else 1
 
 
 def main() -> int:
     logs.configure("warning")
     run_id = uuid.uuid4().hex[:8]
-    logs_dir = Path(os.environ.get("KMQ_DEMO_LOGS", f"/tmp/kmq-demo-{run_id}"))
+    chosen = os.environ.get("KMQ_DEMO_LOGS")
+    logs_dir = Path(chosen) if chosen else Path(tempfile.mkdtemp(prefix=f"kmq-demo-{run_id}-"))
     logs_dir.mkdir(parents=True, exist_ok=True)
-    say(f"process logs in {logs_dir}")
     with broker() as bootstrap:
         config = Config(bootstrap_servers=bootstrap, message_topic=f"demo-{run_id}.messages",
                         marker_topic=f"demo-{run_id}.markers", redelivery_timeout_ms=4000, max_deliveries=3)
-        return run(config, logs_dir)
+        status = run(config, logs_dir)
+    if status == 0 and not chosen:
+        shutil.rmtree(logs_dir, ignore_errors=True)
+    else:
+        say(f"process logs kept in {logs_dir}")
+    return status
 
 
 if __name__ == "__main__":

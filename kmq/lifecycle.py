@@ -23,6 +23,8 @@ class QueueSummary:
     oldest_in_flight_ms: int = 0
     acked_origins: set[MessageId] = field(default_factory=set, repr=False)
     dead_origins: set[MessageId] = field(default_factory=set, repr=False)
+    #: First-delivery ids of the messages in flight now (Started, not Ended).
+    in_flight_origins: set[MessageId] = field(default_factory=set, repr=False)
 
     def as_dict(self) -> dict[str, int]:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
@@ -87,9 +89,11 @@ class LifecycleFold:
         for summary in self._queues.values():
             summary.in_flight = 0
             summary.oldest_in_flight_ms = 0
+            summary.in_flight_origins = set()
         for item in self._open.values():
             summary = self.queue(item.queue)
             summary.in_flight += 1
+            summary.in_flight_origins.add(item.origin)
             if not summary.oldest_in_flight_ms or item.started_ms < summary.oldest_in_flight_ms:
                 summary.oldest_in_flight_ms = item.started_ms
         return dict(self._queues)

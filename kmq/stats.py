@@ -15,7 +15,7 @@ from kmq import _kafka
 from kmq.config import Config
 from kmq.errors import KafkaClientError, MarkerDecodeError, TopicError
 from kmq.lifecycle import LifecycleFold
-from kmq.markers import decode
+from kmq.markers import MessageId, decode
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -91,6 +91,43 @@ def group_lag(config: Config, queue: str) -> int:
             low, high = consumer.get_watermark_offsets(tp, timeout=10)
             lag += high - (tp.offset if tp.offset >= 0 else low)
         return lag
+    finally:
+        consumer.close()
+
+
+def waiting_origins(config: Config, queue: str, timeout_s: float = 30.0) -> set[MessageId]:
+    """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
+    (redelivered copies included, through their first-id header)."""
+    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), _kafka.consumer_group(queue),
+                                                      "kmq-stats-waiting"))
+    key = queue.encode()
+    waiting: set[MessageId] = set()
+    try:
+        meta = consumer.list_topics(config.message_topic, timeout=10)
+        parts = [TopicPartition(config.message_topic, p) for p in meta.topics[config.message_topic].partitions]
+        ends: dict[int, int] = {}
+        starts = []
+        for tp in consumer.committed(parts, timeout=10):
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            start = tp.offset if tp.offset >= 0 else low
+            if start < high:
+                ends[tp.partition] = high
+                starts.append(TopicPartition(tp.topic, tp.partition, start))
+        consumer.assign(starts)  # assign, not subscribe: reading must not join (and rebalance) the group
+        deadline = time.monotonic() + timeout_s
+        while ends:
+            if time.monotonic() > deadline:
+                raise KafkaClientError(f"could not read the waiting records of queue {queue!r} within {timeout_s}s")
+            for record in consumer.consume(1000, 0.2):
+                if record.error() is not None:
+                    continue
+                partition, offset = record.partition() or 0, record.offset() or 0
+                if offset + 1 >= ends.get(partition, 0):
+                    ends.pop(partition, None)
+                if record.key() == key:
+                    first = _kafka.header_dict(record).get(_kafka.HEADER_FIRST_ID)
+                    waiting.add(MessageId.parse(first.decode()) if first else _kafka.message_id(record))
+        return waiting
     finally:
         consumer.close()
 

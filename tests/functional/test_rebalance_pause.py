@@ -1,0 +1,109 @@
+"""A consumer whose fetching is paused (local backlog full) must read every partition it holds after any
+rebalance: librdkafka remembers a partition's paused flag across revoke/lost and a later re-assignment."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from kmq import Config, Consumer, Service
+from kmq._kafka import consumer_group
+from tests.conftest import ConfigFactory
+from tests.helpers import FAST_GROUP, ROOT, env_for
+from tests.markers_io import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+TOTAL = 6000
+
+
+def _produce(config: Config, queue: str) -> None:
+    with Service(config).queue(queue).producer() as producer:
+        for i in range(TOTAL):
+            producer.send_async(b"%d" % i)
+
+
+class Member:
+    """A plain group member in its own process (tests.group_member), to be SIGKILLed."""
+
+    def __init__(self, config: Config, queue: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.group_member", config.bootstrap_servers, consumer_group(queue),
+             config.message_topic], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def _drain(consumer: Consumer, seen: set[bytes], until: threading.Event, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not until.is_set() and len(seen) < TOTAL and time.monotonic() < deadline:
+        msg = consumer.receive(0.1)
+        if msg is not None:
+            seen.add(msg.payload)
+            msg.ack()
+
+
+def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(kmq_config: ConfigFactory) -> None:
+    # Given a consumer whose backlog is full, so fetching is paused
+    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP)
+    _produce(config, "survivor")
+    with Service(config).queue("survivor").consumer() as one:
+        assert wait_for(lambda: one.fetch_paused, timeout_s=30), "fetching never paused"
+        # When a second member joins and takes half the partitions
+        member = Member(config, "survivor")
+        try:
+            assert wait_for(lambda: len(one.assignment) == 3, timeout_s=30), one.assignment
+            # and the survivor drains its half, so it resumes fetching while the other half is away
+            seen: set[bytes] = set()
+            stop = threading.Event()
+            drainer = threading.Thread(target=_drain, args=(one, seen, stop, 90))
+            drainer.start()
+            assert wait_for(lambda: len(seen) >= 2500 and not one.fetch_paused, timeout_s=60), len(seen)
+        finally:
+            # and the second member dies
+            member.kill()
+        # Then the survivor gets all six partitions back and finishes every message in bounded time
+        assert wait_for(lambda: len(one.assignment) == 6, timeout_s=30), one.assignment
+        drainer.join(90)
+        stop.set()
+    assert len(seen) == TOTAL, f"{TOTAL - len(seen)} messages never read"
+
+
+def test_a_consumer_whose_partitions_are_lost_while_paused_reads_them_when_they_come_back(
+    kmq_config: ConfigFactory, admin: AdminClient,
+) -> None:
+    # Given a consumer process whose fetching is paused
+    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP)
+    _produce(config, "lost")
+    proc = subprocess.Popen([sys.executable, "-m", "tests.paused_drain_proc", "lost", str(TOTAL)], cwd=ROOT,
+                            env=env_for(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "PAUSED"
+        # When it is frozen past its session timeout, so the group drops it and its partitions are lost
+        proc.send_signal(signal.SIGSTOP)
+        assert wait_for(lambda: _members(admin, consumer_group("lost")) == 0, timeout_s=30, interval_s=0.5)
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        # Then, back in the group with the same partitions, it reads every message
+        assert proc.stdout.readline().strip() == f"DONE {TOTAL}"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def _members(admin: AdminClient, group: str) -> int:
+    description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    return len(description.members)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import structlog
+from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka import Producer as KafkaProducer
@@ -15,6 +19,8 @@ from confluent_kafka import Producer as KafkaProducer
 from kmq.config import Config
 from kmq.errors import DeliveryError, KafkaClientError
 from kmq.markers import MessageId
+from kmq.message import Message, Settler
+from kmq.offset_book import CommitOutcome
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -26,6 +32,7 @@ HEADER_DLQ_QUEUE = "kmq-queue"
 RESERVED_HEADER_PREFIX = "kmq-"
 
 TRACKER_GROUP = "kafka-mq-redelivery"
+COMMIT_ATTEMPTS = 3
 
 # Commit errors that mean this member no longer owns its partitions: retrying cannot succeed.
 OWNERSHIP_LOST = frozenset({
@@ -107,8 +114,50 @@ def raise_from(exc: KafkaException, what: str) -> KafkaClientError:
     return client_error(err, what)
 
 
+def instance_id() -> str:
+    """Who writes a marker: host and process, short and set once per process."""
+    return f"{socket.gethostname()[:32]}:{os.getpid()}"
+
+
+def commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str,
+           attempts: int = COMMIT_ATTEMPTS) -> CommitOutcome:
+    """Commits ``offsets`` synchronously, retrying transient errors; FENCED when this member lost the partitions."""
+    partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+    for attempt in range(1, attempts + 1):
+        try:
+            results = consumer.commit(offsets=partitions, asynchronous=False) or []
+            errors = [tp.error for tp in results if tp.error is not None]
+            if not errors:
+                return CommitOutcome.COMMITTED
+            error: KafkaError = errors[0]
+        except KafkaException as exc:
+            error = exc.args[0]
+        if error.code() in OWNERSHIP_LOST:
+            log.info("commit_fenced", of=what, error=error.str())
+            return CommitOutcome.FENCED
+        log.warning("commit_failed", of=what, error=error.str(), attempt=attempt)
+        time.sleep(0.2 * attempt)
+    return CommitOutcome.FAILED
+
+
 def message_id(record: KafkaMessage) -> MessageId:
     return MessageId(record.partition() or 0, record.offset() or 0)
+
+
+def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
+    """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
+    raw = header_dict(record)
+    headers = {k: v for k, v in raw.items() if not k.startswith(RESERVED_HEADER_PREFIX)} if raw else raw
+    msg_id = message_id(record)
+    first = raw.get(HEADER_FIRST_ID)
+    enqueued = raw.get(HEADER_ENQUEUED_AT)
+    return Message(
+        payload=record.value() or b"", headers=headers, queue=queue, message_id=msg_id,
+        delivery_count=int(raw.get(HEADER_DELIVERY_COUNT, b"1")),
+        first_message_id=MessageId.parse(first.decode()) if first else msg_id,
+        enqueued_at_ms=int(enqueued) if enqueued else record_timestamp_ms(record),
+        _settler=settler, _next_keep_alive=next_keep_alive,
+    )
 
 
 def topic_partition(record: KafkaMessage) -> TopicPartition:
@@ -116,8 +165,8 @@ def topic_partition(record: KafkaMessage) -> TopicPartition:
 
 
 def header_dict(record: KafkaMessage) -> dict[str, bytes]:
-    headers: list[tuple[str, bytes]] = record.headers() or []  # type: ignore[assignment]
-    return {k: v or b"" for k, v in headers}
+    headers: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
+    return {k: v or b"" for k, v in headers} if headers else {}
 
 
 def record_timestamp_ms(record: KafkaMessage) -> int:

@@ -13,6 +13,10 @@ from typing import Any
 from kmq.errors import ConfigError
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
+#: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
+MARKER_FORMAT_KMQ = "kmq"
+MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
+MARKER_FORMATS = (MARKER_FORMAT_KMQ, MARKER_FORMAT_KAFKA_MQ_GO)
 MAX_QUEUE_NAME_LENGTH = 200
 ENV_PREFIX = "KMQ_"
 
@@ -69,10 +73,18 @@ class Config:
     #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
     dead_letter_topic: str = ""
     redelivery_timeout_ms: int = 60_000
-    #: Records read from Kafka (Start written, committed) and waiting for ``receive``.
-    receive_buffer_capacity: int = 100
-    #: Messages handed out and not yet settled; when reached the consumer pauses fetching.
-    max_in_flight: int = 1_000
+    #: Records read from Kafka (Start written, committed) and waiting for ``receive``; also the most messages
+    #: one Start batch holds.
+    receive_buffer_capacity: int = 500
+    #: Messages read and not yet settled (Started, buffered or handed out); when reached, no more are Started.
+    max_in_flight: int = 2_000
+    #: "kmq": batched marker records (fast; needs kmq trackers). "kafka-mq-go": one record per marker,
+    #: byte-compatible with kafka-mq-go; required when any Go consumer or tracker shares the topics.
+    marker_format: str = MARKER_FORMAT_KMQ
+    #: How long an ack, release or keep-alive may wait to share a markers record with others.
+    settle_linger_ms: int = 5
+    #: Settles that make the consumer write their record at once, without waiting ``settle_linger_ms``.
+    settle_batch_size: int = 500
     max_messages_per_commit: int = 1_000
     next_message_timeout_ms: int = 1_000
     max_payload_bytes: int = 900_000
@@ -104,7 +116,11 @@ class Config:
                               f"{self.redelivery_timeout_ms} is more than 12 h ({MAX_REDELIVERY_TIMEOUT_MS})")
         if self.redelivery_timeout_ms < 2:
             raise ConfigError("redelivery_timeout_ms", "must be at least 2 ms (keep-alives run every half)")
-        for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit",
+        if self.marker_format not in MARKER_FORMATS:
+            raise ConfigError("marker_format", f"must be one of {', '.join(MARKER_FORMATS)}, "
+                                               f"got {self.marker_format!r}")
+        _non_negative("settle_linger_ms", self.settle_linger_ms)
+        for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms"):
             _positive(name, getattr(self, name))

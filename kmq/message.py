@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -38,7 +37,7 @@ class Message:
     first_message_id: MessageId
     enqueued_at_ms: int
     _settler: Settler = field(repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
     _settled_as: str = field(default="", repr=False)
     _next_keep_alive: float = field(default=0.0, repr=False)
 
@@ -56,19 +55,16 @@ class Message:
 
     def ack(self) -> None:
         """Marks the message done (End marker); it is never delivered again."""
-        self._settle("ack")
         self._settler._ack(self)
 
     def release(self, delay: float = 0.0) -> None:
         """Gives the message back for redelivery, now or after ``delay`` seconds."""
         if delay < 0:
             raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
-        self._settle("release")
         self._settler._release(self, round(delay * 1000))
 
     def reject(self, reason: str = "") -> None:
         """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""
-        self._settle("reject")
         self._settler._reject(self, reason)
 
     def keep_alive(self) -> None:
@@ -78,14 +74,6 @@ class Message:
                                       f"({self._settled_as})")
         self._settler._keep_alive(self)
 
-    def _settle(self, how: str) -> None:
-        with self._lock:
-            if self._settled_as:
-                raise MessageSettledError(f"cannot {how} message {self.message_id} of queue {self.queue!r}: "
-                                          f"already settled ({self._settled_as})")
-            self._settled_as = how
-
-    def _unsettle(self) -> None:
-        # Only when the settle itself failed before anything was written, so the caller may try again.
-        with self._lock:
-            self._settled_as = ""
+    def _already_settled(self, how: str) -> MessageSettledError:
+        return MessageSettledError(f"cannot {how} message {self.message_id} of queue {self.queue!r}: "
+                                   f"already settled ({self._settled_as or 'by another thread'})")

@@ -15,7 +15,8 @@ from kmq import _kafka
 from kmq.config import Config
 from kmq.errors import KafkaClientError, MarkerDecodeError, TopicError
 from kmq.lifecycle import LifecycleFold
-from kmq.markers import MessageId, decode
+from kmq.marker_batch import decode_record
+from kmq.markers import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -54,11 +55,13 @@ class MarkerScanner:
                     continue
                 self._next[record.partition() or 0] = (record.offset() or 0) + 1
                 try:
-                    marker = decode(record.value())
+                    markers = decode_record(record.value())
                 except MarkerDecodeError:
                     self.fold.malformed += 1
                     continue
-                self.fold.add(marker, _kafka.record_timestamp_ms(record))
+                timestamp_ms = _kafka.record_timestamp_ms(record)
+                for marker in markers:
+                    self.fold.add(marker, timestamp_ms)
         return self.fold
 
     def close(self) -> None:

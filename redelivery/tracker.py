@@ -24,7 +24,8 @@ from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.config import Config
 from kmq.errors import MarkerDecodeError
-from kmq.markers import EndReason, Marker, MarkerType, decode, encode
+from kmq.marker_batch import decode_record
+from kmq.markers import EndReason, Marker, MarkerType, encode
 from redelivery.clock import DeadlineClock, Monotonic
 from redelivery.metrics import TrackerMetrics
 from redelivery.partition_state import InFlight, PartitionState
@@ -130,13 +131,14 @@ class RedeliveryTracker:
         part.markers_read += 1
         part.clock.observe(timestamp_ms)
         try:
-            marker = decode(record.value())
+            markers = decode_record(record.value())
         except MarkerDecodeError as bad:
             part.state.next_offset = max(part.state.next_offset, offset + 1)
             self.metrics.malformed.inc()
             log.warning("malformed_marker", partition=part.state.partition, offset=offset, reason=bad.reason)
             return
-        part.state.apply(offset, timestamp_ms, marker)
+        for marker in markers:
+            part.state.apply(offset, timestamp_ms, marker)
         self._handled_since_commit += 1
 
     def _check_caught_up(self) -> None:

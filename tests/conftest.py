@@ -103,6 +103,12 @@ def unique(prefix: str) -> str:
 ConfigFactory = Callable[..., "Config"]
 
 
+@pytest.fixture(params=["kmq", "kafka-mq-go"])
+def marker_format(request: pytest.FixtureRequest) -> str:
+    """Runs a test once per marker format: kmq's batched records and kafka-mq-go's per-message ones."""
+    return str(request.param)
+
+
 @pytest.fixture
 def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[ConfigFactory]:
     """Makes a kmq Config on fresh, uniquely named messages/markers/dead-letter topics (deleted afterwards)."""

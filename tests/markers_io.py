@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Message
 
-from kmq.markers import Marker, decode
+from kmq.marker_batch import decode_record
+from kmq.markers import Marker
 
 
 def read_topic(bootstrap: str, topic: str, *, until: Callable[[list[Message]], bool] | None = None,
@@ -38,8 +39,13 @@ def read_topic(bootstrap: str, topic: str, *, until: Callable[[list[Message]], b
 
 def read_markers(bootstrap: str, topic: str, *, until: Callable[[list[Marker]], bool] | None = None,
                  timeout_s: float = 20.0) -> list[Marker]:
-    cond = None if until is None else (lambda recs: until([decode(r.value()) for r in recs]))
-    return [decode(r.value()) for r in read_topic(bootstrap, topic, until=cond, timeout_s=timeout_s)]
+    """Every marker on ``topic`` in log order, batch records (kmq format) unpacked."""
+    cond = None if until is None else (lambda recs: until(_unpack(recs)))
+    return _unpack(read_topic(bootstrap, topic, until=cond, timeout_s=timeout_s))
+
+
+def _unpack(records: list[Message]) -> list[Marker]:
+    return [m for r in records for m in decode_record(r.value())]
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0, interval_s: float = 0.1) -> bool:

@@ -76,3 +76,69 @@ class Marker(_message.Message):
     end_reason: Marker.EndReason
     reason: str
     def __init__(self, version: _Optional[_Union[Marker.Version, str]] = ..., type: _Optional[_Union[Marker.Type, str]] = ..., message_id: _Optional[_Union[MessageID, _Mapping]] = ..., redeliver_after_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delivery_count: _Optional[int] = ..., first_message_id: _Optional[_Union[MessageID, _Mapping]] = ..., enqueued_at_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., end_reason: _Optional[_Union[Marker.EndReason, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StartEntry(_message.Message):
+    __slots__ = ("partition", "offset", "value", "headers", "delivery_count", "first_message_id", "enqueued_at_ms")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    delivery_count: int
+    first_message_id: MessageID
+    enqueued_at_ms: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., first_message_id: _Optional[_Union[MessageID, _Mapping]] = ..., enqueued_at_ms: _Optional[int] = ...) -> None: ...
+
+class Settle(_message.Message):
+    __slots__ = ("kind", "partition", "offset", "delay_ms", "reason")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        RELEASE: _ClassVar[Settle.Kind]
+        REJECT: _ClassVar[Settle.Kind]
+        REDELIVERED: _ClassVar[Settle.Kind]
+        DEAD_LETTERED: _ClassVar[Settle.Kind]
+    RELEASE: Settle.Kind
+    REJECT: Settle.Kind
+    REDELIVERED: Settle.Kind
+    DEAD_LETTERED: Settle.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kind: Settle.Kind
+    partition: int
+    offset: int
+    delay_ms: int
+    reason: str
+    def __init__(self, kind: _Optional[_Union[Settle.Kind, str]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class MarkerBatch(_message.Message):
+    __slots__ = ("key", "redeliver_after_ms", "client_id", "instance_id", "starts", "keep_alive_partitions", "keep_alive_offsets", "settles", "ack_partitions", "ack_offsets")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_ALIVE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    SETTLES_FIELD_NUMBER: _ClassVar[int]
+    ACK_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ACK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    redeliver_after_ms: int
+    client_id: str
+    instance_id: str
+    starts: _containers.RepeatedCompositeFieldContainer[StartEntry]
+    keep_alive_partitions: _containers.RepeatedScalarFieldContainer[int]
+    keep_alive_offsets: _containers.RepeatedScalarFieldContainer[int]
+    settles: _containers.RepeatedCompositeFieldContainer[Settle]
+    ack_partitions: _containers.RepeatedScalarFieldContainer[int]
+    ack_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, key: _Optional[bytes] = ..., redeliver_after_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., starts: _Optional[_Iterable[_Union[StartEntry, _Mapping]]] = ..., keep_alive_partitions: _Optional[_Iterable[int]] = ..., keep_alive_offsets: _Optional[_Iterable[int]] = ..., settles: _Optional[_Iterable[_Union[Settle, _Mapping]]] = ..., ack_partitions: _Optional[_Iterable[int]] = ..., ack_offsets: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -80,18 +80,18 @@ def _decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
 
     from kmq.errors import MarkerDecodeError
-    from kmq.markers import decode
+    from kmq.marker_batch import decode_record
 
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         for value, ts in zip(batch["value"], batch["ts"], strict=True):
             try:
-                m = decode(bytes(value) if value is not None else None)
+                markers = decode_record(bytes(value) if value is not None else None)
             except MarkerDecodeError:
                 rows.append((None, None, None, None, 0, 0, None, None, int(ts), True))
                 continue
-            rows.append((m.queue, m.type.name, str(m.message_id), str(m.origin_id), m.redeliver_after_ms,
-                         m.delivery_count or 1, m.end_reason.name, m.reason, int(ts), False))
+            rows.extend((m.queue, m.type.name, str(m.message_id), str(m.origin_id), m.redeliver_after_ms,
+                         m.delivery_count or 1, m.end_reason.name, m.reason, int(ts), False) for m in markers)
         yield pd.DataFrame(rows, columns=MARKER_SCHEMA.fieldNames())
 
 

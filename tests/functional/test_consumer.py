@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from google.protobuf.message import DecodeError
 
 from kmq import (
     Config,
@@ -19,6 +20,7 @@ from kmq import (
     Service,
     TopicError,
 )
+from kmq.marker_batch import BATCH_PREFIX, decode_record
 from kmq.markers import EndReason, MarkerType
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n
@@ -83,8 +85,8 @@ def test_a_consumer_joining_during_a_backlog_loses_and_stalls_nothing_without_a_
     assert sorted(got) == sorted(b"%d" % i for i in range(6000))
 
 
-def test_keep_alives_flow_while_a_slow_handler_holds_a_message(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(redelivery_timeout_ms=1000)
+def test_keep_alives_flow_while_a_slow_handler_holds_a_message(kmq_config: ConfigFactory, marker_format: str) -> None:
+    config = kmq_config(redelivery_timeout_ms=1000, marker_format=marker_format)
     queue = Service(config).queue("slow")
     with queue.consumer() as consumer, queue.producer() as producer:
         producer.send(b"slow")
@@ -98,8 +100,8 @@ def test_keep_alives_flow_while_a_slow_handler_holds_a_message(kmq_config: Confi
     assert next(m.type for m in markers) is MarkerType.START and markers[-1].type is MarkerType.END
 
 
-def test_release_reject_and_double_ack_write_the_right_markers(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(redelivery_timeout_ms=60_000)
+def test_release_reject_and_double_ack_write_the_right_markers(kmq_config: ConfigFactory, marker_format: str) -> None:
+    config = kmq_config(redelivery_timeout_ms=60_000, marker_format=marker_format)
     queue = Service(config).queue("settle")
     with queue.consumer() as consumer, queue.producer() as producer:
         for payload in (b"ack", b"release", b"reject"):
@@ -127,8 +129,8 @@ def test_release_reject_and_double_ack_write_the_right_markers(kmq_config: Confi
     assert [d.value() for d in dlq] == [b"reject"]
 
 
-def test_markers_written_by_kmq_decode_with_the_upstream_schema(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(redelivery_timeout_ms=4000)
+def test_in_kafka_mq_go_format_markers_decode_with_the_upstream_schema(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(redelivery_timeout_ms=4000, marker_format="kafka-mq-go")
     queue = Service(config).queue("wire")
     with queue.consumer() as consumer, queue.producer() as producer:
         producer.send(b"payload")
@@ -148,6 +150,30 @@ def test_markers_written_by_kmq_decode_with_the_upstream_schema(kmq_config: Conf
         msg.message_id.partition, msg.message_id.offset)
     assert (end.type, end.message_id, end.redeliver_after_ms, end.key, end.value) == (
         upstream.Marker.END, start.message_id, 0, b"", b"")
+
+
+def test_in_kmq_format_a_batch_takes_one_start_record_and_one_settle_record_that_go_decoders_refuse(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=4000, partitions=1, settle_linger_ms=50)
+    queue = Service(config).queue("batched")
+    with queue.producer() as producer:
+        for i in range(10):
+            producer.send_async(b"%d" % i)
+    with queue.consumer() as consumer:
+        got = receive_n(consumer, 10)
+        for msg in got:
+            msg.ack()
+        assert consumer.flush(10) == 0
+        records = read_topic(config.bootstrap_servers, config.marker_topic, until=lambda r: len(r) >= 2)
+    assert len(records) == 2 and all(r.key() == b"batched" for r in records)
+    assert all(r.value().startswith(BATCH_PREFIX) for r in records)
+    for record in records:
+        with pytest.raises(DecodeError):  # what a kafka-mq-go tracker does: log "malformed" and skip
+            upstream.Marker().ParseFromString(record.value())
+    starts, settles = (decode_record(r.value()) for r in records)
+    assert [m.type for m in starts] == [MarkerType.START] * 10
+    assert [(m.type, m.message_id) for m in settles] == [(MarkerType.END, msg.message_id) for msg in got]
 
 
 def test_back_pressure_hands_out_at_most_max_in_flight_and_stays_in_the_group(kmq_config: ConfigFactory) -> None:
@@ -177,8 +203,10 @@ def test_back_pressure_hands_out_at_most_max_in_flight_and_stays_in_the_group(km
     assert sorted(rest + [m.payload for m in held]) == sorted(b"%d" % i for i in range(30))
 
 
-def test_close_releases_unsettled_messages_and_then_settling_raises(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(redelivery_timeout_ms=60_000)
+def test_close_releases_unsettled_messages_and_then_settling_raises(
+    kmq_config: ConfigFactory, marker_format: str,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=60_000, marker_format=marker_format)
     queue = Service(config).queue("closing")
     with queue.producer() as producer:
         for i in range(4):

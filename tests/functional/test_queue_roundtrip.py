@@ -15,8 +15,10 @@ from tests.markers_io import read_markers
 pytestmark = pytest.mark.timeout(90)
 
 
-def test_two_queues_on_one_topic_each_get_exactly_their_own_messages(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(partitions=3)
+def test_two_queues_on_one_topic_each_get_exactly_their_own_messages(
+    kmq_config: ConfigFactory, marker_format: str,
+) -> None:
+    config = kmq_config(partitions=3, marker_format=marker_format)
     service = Service(config)
     n, m = 40, 25
     with service.queue("A").producer() as pa, service.queue("B").producer() as pb:

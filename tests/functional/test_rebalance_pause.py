@@ -51,9 +51,11 @@ def _drain(consumer: Consumer, seen: set[bytes], until: threading.Event, timeout
             msg.ack()
 
 
-def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(kmq_config: ConfigFactory) -> None:
+def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(
+    kmq_config: ConfigFactory, marker_format: str,
+) -> None:
     # Given a consumer whose backlog is full, so fetching is paused
-    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP)
+    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP, marker_format=marker_format)
     _produce(config, "survivor")
     with Service(config).queue("survivor").consumer() as one:
         assert wait_for(lambda: one.fetch_paused, timeout_s=30), "fetching never paused"

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.timeout(150)
 
 
 def test_a_killed_workers_unacked_messages_go_to_another_consumer_with_delivery_count_2(
-    kmq_config: ConfigFactory,
+    kmq_config: ConfigFactory, marker_format: str,
 ) -> None:
-    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP)
+    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP, marker_format=marker_format)
     queue = Service(config).queue("jobs")
     with queue.producer() as producer:
         for i in range(20):
@@ -49,9 +49,9 @@ def test_a_killed_workers_unacked_messages_go_to_another_consumer_with_delivery_
 
 
 def test_release_with_a_delay_is_redelivered_after_about_the_delay_not_the_timeout(
-    kmq_config: ConfigFactory,
+    kmq_config: ConfigFactory, marker_format: str,
 ) -> None:
-    config = kmq_config(redelivery_timeout_ms=60_000)
+    config = kmq_config(redelivery_timeout_ms=60_000, marker_format=marker_format)
     queue = Service(config).queue("later")
     with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
         producer.send(b"retry-me")
@@ -66,9 +66,9 @@ def test_release_with_a_delay_is_redelivered_after_about_the_delay_not_the_timeo
 
 
 def test_after_max_deliveries_a_message_is_dead_lettered_and_redrive_brings_it_back(
-    kmq_config: ConfigFactory,
+    kmq_config: ConfigFactory, marker_format: str,
 ) -> None:
-    config = kmq_config(redelivery_timeout_ms=30_000, max_deliveries=3)
+    config = kmq_config(redelivery_timeout_ms=30_000, max_deliveries=3, marker_format=marker_format)
     queue = Service(config).queue("poison")
     counts = []
     with tracker_thread(config) as tracker, queue.consumer() as consumer, queue.producer() as producer:
@@ -90,8 +90,8 @@ def test_after_max_deliveries_a_message_is_dead_lettered_and_redrive_brings_it_b
     assert back.payload == b"bad" and back.delivery_count == 1 and back.headers == {"trace": b"t1"}
 
 
-def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFactory) -> None:
-    config = kmq_config(redelivery_timeout_ms=2000)
+def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFactory, marker_format: str) -> None:
+    config = kmq_config(redelivery_timeout_ms=2000, marker_format=marker_format)
     queue = Service(config).queue("rej")
     with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
         producer.send(b"nope")

@@ -1,0 +1,115 @@
+"""Intake: records fetched from the messages topic and not yet taken (the backlog), and flow control.
+
+Fetching pauses when the backlog is long and resumes when it has drained to half, because every pause/resume costs
+a fetch round trip. The pause state is the consumer's intent, and every path that changes the assignment applies
+it to each partition it assigns: librdkafka keeps a partition's paused flag across revoke/lost and a later
+re-assignment, so a partition paused before it left would otherwise come back paused and never be read.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from kmq.offset_book import TopicPartitionKey
+
+BACKLOG_MAX = 2_000
+MAX_BATCH = 500
+
+
+class Record(Protocol):
+    """The parts of a fetched record the intake reads (confluent_kafka.Message has them)."""
+
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> str | bytes | None: ...
+    def error(self) -> object: ...
+
+
+class FetchClient(Protocol):
+    """The Kafka consumer calls the intake makes (confluent_kafka.Consumer has them)."""
+
+    def poll(self, timeout: float) -> Record | None: ...
+    def consume(self, num_messages: int, timeout: float) -> Sequence[Record]: ...
+    def pause(self, partitions: list[Any]) -> None: ...
+    def resume(self, partitions: list[Any]) -> None: ...
+    def assignment(self) -> list[Any]: ...
+
+
+class Intake:
+    """The backlog and the pause state of one Kafka consumer. Loop thread only (rebalance callbacks included)."""
+
+    def __init__(self, client: FetchClient, key: bytes, on_error: Callable[[Record], None],
+                 backlog_max: int = BACKLOG_MAX) -> None:
+        self._client = client
+        self._key = key
+        self._on_error = on_error
+        self._backlog: deque[Record] = deque()
+        self._backlog_max = backlog_max
+        self.paused = False
+        #: Records read from the messages topic, this queue's and others' (read amplification).
+        self.records_read = 0
+
+    def __len__(self) -> int:
+        return len(self._backlog)
+
+    def update_pause(self) -> None:
+        """Pauses fetching when the backlog is full, resumes it once the backlog has drained to half."""
+        backlog = len(self._backlog)
+        paused = backlog >= self._backlog_max or (self.paused and backlog > self._backlog_max // 2)
+        if paused != self.paused:
+            self.paused = paused
+            self._apply(self._client.assignment())
+
+    def assigned(self, partitions: list[Any]) -> None:
+        """Newly assigned partitions get the intended pause state, whatever librdkafka remembered."""
+        self._apply(partitions)
+
+    def _apply(self, partitions: list[Any]) -> None:
+        if not partitions:
+            return
+        if self.paused:
+            self._client.pause(partitions)
+        else:
+            self._client.resume(partitions)
+
+    def fetch(self, wait_s: float) -> int:
+        """Adds what the client has to the backlog, waiting up to ``wait_s`` for the first record."""
+        # poll() returns the first record as soon as it arrives; consume(n, 0) then takes what is already
+        # fetched. consume(n, timeout) alone would wait the whole timeout for n records.
+        first = self._client.poll(wait_s)  # may run rebalance callbacks, which call forget()/assigned()
+        if first is None:
+            return 0
+        records = [first, *self._client.consume(MAX_BATCH - 1, 0)]
+        self.records_read += len(records)
+        good = [r for r in records if r.error() is None]
+        if len(good) != len(records):
+            for record in records:
+                if record.error() is not None:
+                    self._on_error(record)
+        self._backlog.extend(good)
+        return len(good)
+
+    def take(self, room: int) -> list[Record]:
+        """Records from the backlog's front, up to ``room`` of this queue's (other queues' ride along)."""
+        taken: list[Record] = []
+        own = 0
+        backlog, key = self._backlog, self._key
+        while backlog and own < room:
+            record = backlog.popleft()
+            own += record.key() == key
+            taken.append(record)
+        return taken
+
+    def put_back(self, records: Sequence[Record]) -> None:
+        """Records taken but not handed out go back to the front, in order, to be taken again."""
+        self._backlog.extendleft(reversed(records))
+
+    def forget(self, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Drops records of partitions this member no longer owns: their next owner reads them again."""
+        gone = set(partitions)
+        kept = [r for r in self._backlog if (r.topic(), r.partition()) not in gone]
+        self._backlog.clear()  # in place: a caller may be iterating it (this runs inside poll)
+        self._backlog.extend(kept)

@@ -1,0 +1,158 @@
+"""The batched marker codec (``marker_format: kmq``): many markers of one queue in one markers-topic record.
+
+A record value is ``BATCH_PREFIX`` (00 'K' 'B' <version>) and a ``MarkerBatch`` protobuf. A protobuf tag is never
+0, so a per-message decoder (kafka-mq-go's, or ``markers.decode``) rejects a batch record instead of misreading it,
+and a per-message marker never starts with 00: ``decode_record`` tells the two apart by the first byte.
+Pure: no Kafka imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, cast
+
+from google.protobuf.message import DecodeError
+
+from kmq._proto import kmq_marker_pb2 as pb
+from kmq.errors import MarkerDecodeError
+from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode
+
+BATCH_VERSION = 1
+BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
+#: Bytes a Start entry costs beyond its payload and headers (ids, counts, tags), for splitting batches.
+START_OVERHEAD_BYTES = 48
+SETTLE_OVERHEAD_BYTES = 24
+
+_SETTLE_KINDS = {
+    pb.Settle.RELEASE: (MarkerType.KEEPALIVE, EndReason.ACKED),
+    pb.Settle.REJECT: (MarkerType.END, EndReason.REJECTED),
+    pb.Settle.REDELIVERED: (MarkerType.END, EndReason.REDELIVERED),
+    pb.Settle.DEAD_LETTERED: (MarkerType.END, EndReason.DEAD_LETTERED),
+}
+_END_KINDS = {EndReason.REJECTED: pb.Settle.REJECT, EndReason.REDELIVERED: pb.Settle.REDELIVERED,
+              EndReason.DEAD_LETTERED: pb.Settle.DEAD_LETTERED}
+
+
+class Startable(Protocol):
+    """What a Start entry is made from (a Message has these)."""
+
+    @property
+    def message_id(self) -> MessageId: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def headers(self) -> Mapping[str, bytes]: ...
+    @property
+    def delivery_count(self) -> int: ...
+    @property
+    def first_message_id(self) -> MessageId: ...
+    @property
+    def enqueued_at_ms(self) -> int: ...
+
+
+def start_size(message: Startable) -> int:
+    """Roughly what ``message`` adds to a batch record, to split batches below the broker's size limit."""
+    return len(message.payload) + sum(len(k) + len(v) + 4 for k, v in message.headers.items()) + START_OVERHEAD_BYTES
+
+
+def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startable], *,
+                  client_id: str = "", instance_id: str = "") -> bytes:
+    """One batch record holding the Starts of ``starts`` (payload and metadata to redeliver each)."""
+    batch = _header(key, redeliver_after_ms, client_id, instance_id)
+    entries = batch.starts
+    for message in starts:
+        mid = message.message_id
+        entry = entries.add(partition=mid.partition, offset=mid.offset, value=message.payload,
+                            delivery_count=message.delivery_count, enqueued_at_ms=message.enqueued_at_ms)
+        first = message.first_message_id
+        if first != mid:
+            entry.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
+        for name, value in message.headers.items():
+            entry.headers.add(key=name, value=value)
+    return BATCH_PREFIX + batch.SerializeToString()
+
+
+def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence[MessageId] = (),
+                   acks: Sequence[MessageId] = (), others: Sequence[Marker] = (), client_id: str = "",
+                   instance_id: str = "") -> bytes:
+    """One batch record of settles: keep-alives and acks as packed id lists, releases and Ends with a reason
+    (``others``: KEEPALIVE markers with RELEASE_REASON, END markers with a non-ACKED reason) one entry each."""
+    batch = _header(key, redeliver_after_ms, client_id, instance_id)
+    batch.keep_alive_partitions.extend([m.partition for m in keep_alives])
+    batch.keep_alive_offsets.extend([m.offset for m in keep_alives])
+    for marker in others:
+        if marker.type is MarkerType.KEEPALIVE:
+            kind: Any = pb.Settle.RELEASE
+        elif marker.type is MarkerType.END and marker.end_reason in _END_KINDS:
+            kind = _END_KINDS[marker.end_reason]
+        else:
+            raise ValueError(f"not a settle with a reason: {marker.type.name}/{marker.end_reason.name}")
+        batch.settles.add(kind=kind, partition=marker.message_id.partition, offset=marker.message_id.offset,
+                          delay_ms=marker.redeliver_after_ms, reason=marker.reason)
+    batch.ack_partitions.extend([m.partition for m in acks])
+    batch.ack_offsets.extend([m.offset for m in acks])
+    return BATCH_PREFIX + batch.SerializeToString()
+
+
+def _header(key: bytes, redeliver_after_ms: int, client_id: str, instance_id: str) -> pb.MarkerBatch:
+    batch = pb.MarkerBatch(key=key, redeliver_after_ms=redeliver_after_ms)
+    if client_id:
+        batch.client_id = client_id
+    if instance_id:
+        batch.instance_id = instance_id
+    return batch
+
+
+def is_batch(data: bytes | None) -> bool:
+    return bool(data) and data[0] == 0  # type: ignore[index]
+
+
+def decode_record(data: bytes | None) -> list[Marker]:
+    """The markers in one markers-topic record, in either format, in the order they apply."""
+    if not is_batch(data):
+        return [decode(data)]
+    assert data is not None
+    if data[:3] != BATCH_PREFIX[:3]:
+        raise MarkerDecodeError("starts with 00 but is not a kmq marker batch", data)
+    if data[3] != BATCH_VERSION:
+        raise MarkerDecodeError(f"unknown marker batch version {data[3]}", data)
+    batch = pb.MarkerBatch()
+    try:
+        batch.ParseFromString(data[4:])
+    except DecodeError as err:
+        raise MarkerDecodeError(f"not a protobuf MarkerBatch ({err})", data) from err
+    if not batch.key:
+        raise MarkerDecodeError("marker batch without a key (queue id)", data)
+    if (len(batch.keep_alive_partitions) != len(batch.keep_alive_offsets)
+            or len(batch.ack_partitions) != len(batch.ack_offsets)):
+        raise MarkerDecodeError("marker batch id lists of unequal length", data)
+    return list(_markers(batch, data))
+
+
+def _markers(batch: pb.MarkerBatch, data: bytes) -> Iterator[Marker]:
+    key, after, client, instance = batch.key, batch.redeliver_after_ms, batch.client_id, batch.instance_id
+    for entry in batch.starts:
+        mid = _id(entry.partition, entry.offset, data)
+        first = (MessageId(entry.first_message_id.partition, entry.first_message_id.offset)
+                 if entry.HasField("first_message_id") else None)
+        yield Marker(MarkerType.START, mid, after, key, entry.value, delivery_count=entry.delivery_count,
+                     first_message_id=first, enqueued_at_ms=entry.enqueued_at_ms, client_id=client,
+                     instance_id=instance, headers=tuple((h.key, h.value) for h in entry.headers))
+    for partition, offset in zip(batch.keep_alive_partitions, batch.keep_alive_offsets, strict=True):
+        yield Marker(MarkerType.KEEPALIVE, _id(partition, offset, data), after, client_id=client,
+                     instance_id=instance)
+    for settle in batch.settles:
+        if settle.kind not in _SETTLE_KINDS:
+            raise MarkerDecodeError(f"unknown settle kind {settle.kind}", data)
+        kind, reason = _SETTLE_KINDS[cast(Any, settle.kind)]
+        text = RELEASE_REASON if kind is MarkerType.KEEPALIVE else settle.reason
+        yield Marker(kind, _id(settle.partition, settle.offset, data), settle.delay_ms, end_reason=reason,
+                     reason=text, client_id=client, instance_id=instance)
+    for partition, offset in zip(batch.ack_partitions, batch.ack_offsets, strict=True):
+        yield Marker(MarkerType.END, _id(partition, offset, data), client_id=client, instance_id=instance)
+
+
+def _id(partition: int, offset: int, data: bytes) -> MessageId:
+    if partition < 0 or offset < 0:
+        raise MarkerDecodeError("negative message id in a marker batch", data)
+    return MessageId(partition, offset)

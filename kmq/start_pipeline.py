@@ -1,0 +1,150 @@
+"""The Start pipeline: records → messages → Start batch → commit → hand-out, or rewind.
+
+Step by step, for each batch taken from the intake:
+1. ``start``: this queue's records become Messages, registered as in flight (so they get keep-alives from now
+   on), and their Starts are written; the loop goes on reading while they travel.
+2. ``advance``: once the oldest batch's Starts are durable, its offsets enter the offset book and are committed;
+3. only then are its messages handed out. Batch k+1's Starts are on the wire while batch k is committed and the
+   workers run batch k-1.
+A failed Start or commit rewinds that batch and every later one: their records go back to the front of the
+backlog (no seek; a second Start is a fresh deadline for the tracker), and nothing past them is committed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from kmq._kafka import Delivery
+from kmq.intake import Intake, Record
+from kmq.marker_writer import MarkerWriter
+from kmq.markers import MessageId
+from kmq.message import Message
+from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+#: Batches Started and not yet handed out; the oldest is committed before a third is Started.
+DEPTH = 2
+
+
+@dataclass(slots=True)
+class StartBatch:
+    records: list[Record]
+    messages: list[Message]
+    #: Per partition, the offset after this batch's last record.
+    offsets: dict[TopicPartitionKey, int]
+    deliveries: list[Delivery[MessageId]]
+
+
+class StartPipeline:
+    """Batches between "taken from the intake" and "handed out". Loop thread only."""
+
+    def __init__(self, *, key: bytes, intake: Intake, writer: MarkerWriter, book: OffsetBook,
+                 in_flight: dict[MessageId, Message], to_message: Callable[[Record], Message],
+                 commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
+                 hand_out: Callable[[list[Message]], None], start_timeout_s: float) -> None:
+        self._key = key
+        self._intake = intake
+        self._writer = writer
+        self._book = book
+        self._in_flight = in_flight
+        self._to_message = to_message
+        self._commit = commit
+        self._hand_out = hand_out
+        self._start_timeout_s = start_timeout_s
+        self._batches: deque[StartBatch] = deque()
+        #: Messages Started and not yet handed out.
+        self.waiting = 0
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def full(self) -> bool:
+        return len(self._batches) >= DEPTH
+
+    # 1. Start
+
+    def start(self, records: list[Record]) -> None:
+        offsets: dict[TopicPartitionKey, int] = {}
+        own = []
+        key = self._key
+        for record in records:
+            offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
+            if record.key() == key:
+                own.append(record)
+        if not own and not self._batches:
+            self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
+            return
+        messages = [self._to_message(r) for r in own]
+        for message in messages:
+            self._in_flight[message.message_id] = message
+        deliveries = self._writer.start(messages) if messages else []
+        self._batches.append(StartBatch(records, messages, offsets, deliveries))
+        self.waiting += len(messages)
+
+    # 2. commit, 3. hand out
+
+    def advance(self, block: bool) -> None:
+        """Commits and hands out the oldest batches whose Starts are durable; with ``block``, waits for the
+        oldest one's Starts first (bounded by the start timeout)."""
+        while self._batches:
+            head = self._batches[0]
+            if not head.messages:
+                self._batches.popleft()
+                self._book.advance(head.offsets, len(head.records))
+                continue
+            if not block and not all(d.done() for d in head.deliveries):
+                return
+            error = _first_error(head.deliveries, self._start_timeout_s)
+            if error is not None:
+                log.warning("start_markers_failed", error=str(error), batch=len(head.messages))
+                self.rewind()
+                return
+            self._book.advance(head.offsets, len(head.records))
+            outcome = self._commit(self._book.pending())
+            if outcome is not CommitOutcome.COMMITTED:
+                # Not handed out. Still ours: read again. Not ours: the new owner reads them from the last commit.
+                self.rewind()
+                return
+            self._batches.popleft()
+            self.waiting -= len(head.messages)
+            self._hand_out(head.messages)
+            block = False
+
+    def rewind(self) -> None:
+        """Every batch not handed out goes back to the intake's front; nothing past it is committed."""
+        if not self._batches:
+            return
+        records = [r for batch in self._batches for r in batch.records]
+        for batch in self._batches:
+            for message in batch.messages:
+                self._in_flight.pop(message.message_id, None)
+        self._batches.clear()
+        self.waiting = 0
+        self._book.rewind(_first_offsets(records))
+        self._intake.put_back(records)
+
+
+def _first_error(deliveries: Iterable[Delivery[MessageId]], timeout_s: float) -> BaseException | None:
+    for delivery in deliveries:
+        try:
+            error = delivery.exception(timeout_s)
+        except TimeoutError as err:
+            return err
+        if error is not None:
+            return error
+    return None
+
+
+def _first_offsets(records: Iterable[Record]) -> dict[TopicPartitionKey, int]:
+    first: dict[TopicPartitionKey, int] = {}
+    for record in records:
+        tp = (record.topic() or "", record.partition() or 0)
+        offset = record.offset() or 0
+        if offset < first.get(tp, offset + 1):
+            first[tp] = offset
+    return first

@@ -1,0 +1,118 @@
+"""Fakes behind the consumer's seams (fetch client, marker producer): pure Python, no broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kmq._kafka import Delivery
+from kmq.markers import MessageId
+
+
+@dataclass
+class FakeRecord:
+    """What the intake and the Start pipeline read of a confluent Message."""
+
+    topic_: str
+    partition_: int
+    offset_: int
+    key_: bytes = b"q"
+    value_: bytes = b"v"
+    error_: object = None
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> bytes:
+        return self.key_
+
+    def value(self) -> bytes:
+        return self.value_
+
+    def error(self) -> object:
+        return self.error_
+
+
+@dataclass(frozen=True)
+class Part:
+    topic: str
+    partition: int
+
+
+@dataclass
+class FakeFetchClient:
+    """Like librdkafka: a partition's paused flag is kept when it is unassigned and still set when it comes back."""
+
+    assigned: list[Part] = field(default_factory=list)
+    paused: set[Part] = field(default_factory=set)
+    pending: list[FakeRecord] = field(default_factory=list)
+    on_poll: Callable[[], None] | None = None
+
+    def assign(self, parts: list[Part]) -> None:
+        self.assigned += parts
+
+    def unassign(self, parts: list[Part]) -> None:
+        self.assigned = [p for p in self.assigned if p not in parts]
+
+    def fetchable(self) -> set[int]:
+        return {p.partition for p in self.assigned if p not in self.paused}
+
+    def poll(self, timeout: float) -> FakeRecord | None:
+        if self.on_poll is not None:
+            self.on_poll()
+        got = self.consume(1, 0)
+        return got[0] if got else None
+
+    def consume(self, num_messages: int, timeout: float) -> Sequence[FakeRecord]:
+        ready = [r for r in self.pending if r.partition_ in self.fetchable()][:num_messages]
+        self.pending = [r for r in self.pending if r not in ready]
+        return ready
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused |= set(partitions)
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused -= set(partitions)
+
+    def assignment(self) -> list[Any]:
+        return list(self.assigned)
+
+
+@dataclass
+class Produced:
+    topic: str
+    value: bytes
+    key: bytes | None
+    on_done: Callable[[Any, Any], None] | None = None
+    delivery: Delivery[MessageId] | None = None
+
+
+@dataclass
+class FakeProducer:
+    """Records what is produced; deliveries complete when the test says (``deliver``)."""
+
+    records: list[Produced] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
+                on_done: Callable[[Any, Any], None] | None = None) -> None:
+        self.records.append(Produced(topic, value, key, on_done))
+
+    def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> Delivery[MessageId]:
+        delivery: Delivery[MessageId] = Delivery()
+        self.records.append(Produced(topic, value, key, delivery=delivery))
+        return delivery
+
+    def deliver(self, error: BaseException | None = None) -> None:
+        for record in self.records:
+            if record.delivery is not None and not record.delivery.done():
+                record.delivery._set(None if error else MessageId(0, 0), error)
+
+    def flush(self, timeout_s: float) -> int:
+        return 0

@@ -1,0 +1,120 @@
+"""Intake: backlog and pause state; every assigned partition ends in the pause state the consumer intends,
+whatever librdkafka remembered across revoke, lost and re-assignment."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kmq.intake import Intake
+from tests.unit.fakes import FakeFetchClient, FakeRecord, Part
+
+PARTS = [Part("m", p) for p in range(6)]
+
+
+def _intake(client: FakeFetchClient, backlog_max: int = 4) -> Intake:
+    return Intake(client, b"q", on_error=lambda r: None, backlog_max=backlog_max)
+
+
+def _records(n: int, start: int = 0) -> list[FakeRecord]:
+    return [FakeRecord("m", i % 6, start + i) for i in range(n)]
+
+
+def _revoke(client: FakeFetchClient, intake: Intake, parts: list[Part]) -> None:
+    intake.forget([(p.topic, p.partition) for p in parts])
+    client.unassign(parts)
+
+
+def _assign(client: FakeFetchClient, intake: Intake, parts: list[Part]) -> None:
+    client.assign(parts)
+    intake.assigned(parts)
+
+
+def test_a_full_backlog_pauses_fetching_and_draining_it_to_half_resumes() -> None:
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(5))
+    intake = _intake(client)
+    intake.fetch(0)
+    intake.update_pause()
+    assert intake.paused and client.fetchable() == set()
+    intake.take(2)
+    intake.update_pause()
+    assert intake.paused, "still above half: a resume now would cost a fetch round trip for little"
+    intake.take(1)
+    intake.update_pause()
+    assert not intake.paused and client.fetchable() == set(range(6))
+
+
+def test_partitions_revoked_while_paused_are_fetched_when_they_come_back_after_the_resume() -> None:
+    # Given a paused intake
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(12))
+    intake = _intake(client)
+    intake.fetch(0)
+    intake.update_pause()
+    # When half the partitions are revoked, the rest resumed, and the half assigned again
+    _revoke(client, intake, PARTS[:3])
+    intake.take(10)
+    intake.update_pause()
+    _assign(client, intake, PARTS[:3])
+    # Then all six are fetched (librdkafka alone would keep 0-2 paused)
+    assert client.fetchable() == set(range(6))
+
+
+def test_partitions_assigned_while_paused_stay_paused_until_the_resume() -> None:
+    client = FakeFetchClient(assigned=list(PARTS[3:]), pending=_records(12))
+    intake = _intake(client)
+    intake.fetch(0)
+    intake.update_pause()
+    _assign(client, intake, PARTS[:3])
+    assert client.fetchable() == set()
+    intake.take(12)
+    intake.update_pause()
+    assert client.fetchable() == set(range(6))
+
+
+def test_taking_stops_after_room_own_records_and_foreign_ones_ride_along() -> None:
+    client = FakeFetchClient(assigned=list(PARTS))
+    client.pending = [FakeRecord("m", 0, 0, b"other"), FakeRecord("m", 0, 1), FakeRecord("m", 0, 2, b"other"),
+                      FakeRecord("m", 0, 3), FakeRecord("m", 0, 4)]
+    intake = _intake(client, backlog_max=100)
+    intake.fetch(0)
+    taken = intake.take(2)
+    assert [r.offset() for r in taken] == [0, 1, 2, 3]
+    intake.put_back(taken[2:])
+    assert [r.offset() for r in intake.take(5)] == [2, 3, 4]
+
+
+def test_records_of_forgotten_partitions_leave_the_backlog() -> None:
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(12))
+    intake = _intake(client, backlog_max=100)
+    intake.fetch(0)
+    intake.forget([("m", 0), ("m", 1)])
+    assert {r.partition() for r in intake.take(100)} == {2, 3, 4, 5}
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("fill"), st.integers(1, 8)),
+    st.tuples(st.just("take"), st.integers(1, 8)),
+    st.tuples(st.just("revoke"), st.sets(st.integers(0, 5), min_size=1)),
+    st.tuples(st.just("assign"), st.sets(st.integers(0, 5), min_size=1)),
+), max_size=40)
+
+
+@given(operations)
+def test_every_assigned_partition_is_in_the_intended_pause_state_after_any_sequence(ops: list[tuple]) -> None:
+    client = FakeFetchClient(assigned=list(PARTS))
+    intake = _intake(client)
+    offset = 0
+    for op, arg in ops:
+        if op == "fill":
+            client.pending += _records(arg, offset)
+            offset += arg
+            intake.fetch(0)
+        elif op == "take":
+            intake.take(arg)
+        elif op == "revoke":
+            _revoke(client, intake, [p for p in PARTS if p.partition in arg and p in client.assigned])
+        else:
+            _assign(client, intake, [p for p in PARTS if p.partition in arg and p not in client.assigned])
+        intake.update_pause()
+        expected = set() if intake.paused else {p.partition for p in client.assigned}
+        assert client.fetchable() == expected

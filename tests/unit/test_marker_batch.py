@@ -1,0 +1,103 @@
+"""The batched marker format: round trips, and never mistaken for a per-message marker (ours or kafka-mq-go's)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kmq.errors import MarkerDecodeError
+from kmq.marker_batch import BATCH_PREFIX, decode_record, encode_settles, encode_starts, is_batch
+from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode, encode
+from tests.interop._proto import kafka_mq_v1_pb2 as upstream
+from tests.unit.test_markers import markers, message_ids
+
+
+@dataclass(frozen=True)
+class Start:
+    message_id: MessageId
+    payload: bytes
+    headers: dict[str, bytes] = field(default_factory=dict)
+    delivery_count: int = 1
+    first_message_id: MessageId = field(default_factory=lambda: MessageId(0, 0))
+    enqueued_at_ms: int = 0
+
+
+starts = st.builds(Start, message_id=message_ids, payload=st.binary(max_size=100),
+                   headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=3),
+                   delivery_count=st.integers(1, 2**32 - 1), first_message_id=message_ids,
+                   enqueued_at_ms=st.integers(0, 2**62))
+keys = st.binary(min_size=1, max_size=20)
+afters = st.integers(0, 2**63)
+
+
+@given(keys, afters, st.lists(starts, min_size=1, max_size=20), st.text(max_size=10))
+def test_a_start_batch_decodes_to_the_starts_a_per_message_consumer_would_write(
+    key: bytes, after: int, batch: list[Start], client_id: str,
+) -> None:
+    decoded = decode_record(encode_starts(key, after, batch, client_id=client_id))
+    assert decoded == [
+        Marker(MarkerType.START, s.message_id, after, key, s.payload, delivery_count=s.delivery_count,
+               first_message_id=None if s.first_message_id == s.message_id else s.first_message_id,
+               enqueued_at_ms=s.enqueued_at_ms, client_id=client_id, headers=tuple(s.headers.items()))
+        for s in batch]
+
+
+releases = st.builds(lambda mid, delay: Marker(MarkerType.KEEPALIVE, mid, delay, reason=RELEASE_REASON),
+                     message_ids, st.integers(0, 2**40))
+ends = st.builds(lambda mid, why, text: Marker(MarkerType.END, mid, end_reason=why, reason=text),
+                 message_ids, st.sampled_from([EndReason.REJECTED, EndReason.REDELIVERED, EndReason.DEAD_LETTERED]),
+                 st.text(max_size=20))
+
+
+@given(keys, afters, st.lists(message_ids, max_size=20), st.lists(message_ids, max_size=20),
+       st.lists(releases | ends, max_size=5))
+def test_a_settle_batch_decodes_to_keep_alives_then_releases_and_ends_then_acks(
+    key: bytes, after: int, keep_alives: list[MessageId], acks: list[MessageId], others: list[Marker],
+) -> None:
+    decoded = decode_record(encode_settles(key, after, keep_alives=keep_alives, acks=acks, others=others))
+    assert decoded == [
+        *(Marker(MarkerType.KEEPALIVE, mid, after) for mid in keep_alives),
+        *others,
+        *(Marker(MarkerType.END, mid) for mid in acks)]
+
+
+@given(markers)
+def test_no_per_message_marker_is_taken_for_a_batch(marker: Marker) -> None:
+    data = encode(marker)
+    assert not is_batch(data)
+    assert decode_record(data) == [marker]
+
+
+@given(keys, afters, st.lists(starts, max_size=5), st.lists(message_ids, max_size=5))
+def test_no_batch_is_taken_for_a_per_message_marker_by_kmq_or_by_kafka_mq_go(
+    key: bytes, after: int, batch: list[Start], acks: list[MessageId],
+) -> None:
+    for data in (encode_starts(key, after, batch), encode_settles(key, after, acks=acks)):
+        assert data.startswith(BATCH_PREFIX)
+        with pytest.raises(MarkerDecodeError):
+            decode(data)
+        with pytest.raises(DecodeError):
+            upstream.Marker().ParseFromString(data)
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (b"\x00XY\x01", "not a kmq marker batch"),
+    (b"\x00KB\x02", "unknown marker batch version 2"),
+    (BATCH_PREFIX + b"\xff\xff", "not a protobuf MarkerBatch"),
+    (BATCH_PREFIX, "without a key"),
+    (BATCH_PREFIX + bytes.fromhex("0a 01 41 48 01"), "unequal length"),
+])
+def test_malformed_batches_are_refused_with_the_reason(raw: bytes, reason: str) -> None:
+    with pytest.raises(MarkerDecodeError, match=reason):
+        decode_record(raw)
+
+
+@given(st.binary(max_size=64).map(lambda b: BATCH_PREFIX + b))
+def test_arbitrary_batch_bodies_decode_or_raise_marker_decode_error_never_anything_else(raw: bytes) -> None:
+    with contextlib.suppress(MarkerDecodeError):
+        decode_record(raw)

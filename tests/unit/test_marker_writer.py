@@ -1,0 +1,116 @@
+"""MarkerWriter: settles are appended, then written as few records (kmq) or one per marker (kafka-mq-go)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from kmq import Config
+from kmq.marker_batch import decode_record, is_batch
+from kmq.marker_writer import MarkerWriter
+from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode
+from tests.markers_io import wait_for
+from tests.unit.fakes import FakeProducer
+
+
+@dataclass(frozen=True)
+class Start:
+    message_id: MessageId
+    payload: bytes
+    headers: dict[str, bytes] = field(default_factory=dict)
+    delivery_count: int = 1
+    first_message_id: MessageId = field(default_factory=lambda: MessageId(0, 0))
+    enqueued_at_ms: int = 0
+
+
+def _writer(fmt: str, **fields: object) -> tuple[MarkerWriter, FakeProducer]:
+    producer = FakeProducer()
+    config = Config(bootstrap_servers="x:1", redelivery_timeout_ms=8000, marker_format=fmt,
+                    settle_linger_ms=60_000, **fields)  # type: ignore[arg-type]
+    return MarkerWriter(config, b"q", producer, instance_id="host:1"), producer
+
+
+@pytest.fixture
+def kmq_writer() -> Iterator[tuple[MarkerWriter, FakeProducer]]:
+    writer, producer = _writer("kmq")
+    yield writer, producer
+    writer.close(0)
+
+
+def test_many_settles_become_one_record_applied_keep_alives_first_and_acks_last(
+    kmq_writer: tuple[MarkerWriter, FakeProducer],
+) -> None:
+    writer, producer = kmq_writer
+    writer.ack(MessageId(0, 1))
+    writer.keep_alive(MessageId(0, 1))
+    writer.release(MessageId(0, 2), 1500)
+    writer.end(MessageId(0, 3), EndReason.REJECTED, "bad")
+    writer.ack(MessageId(1, 4))
+    assert writer.flush(1) == 0
+    assert len(producer.records) == 1 and producer.records[0].key == b"q"
+    markers = decode_record(producer.records[0].value)
+    assert [(m.type, m.message_id, m.redeliver_after_ms, m.end_reason, m.reason) for m in markers] == [
+        (MarkerType.KEEPALIVE, MessageId(0, 1), 8000, EndReason.ACKED, ""),
+        (MarkerType.KEEPALIVE, MessageId(0, 2), 1500, EndReason.ACKED, RELEASE_REASON),
+        (MarkerType.END, MessageId(0, 3), 0, EndReason.REJECTED, "bad"),
+        (MarkerType.END, MessageId(0, 1), 0, EndReason.ACKED, ""),
+        (MarkerType.END, MessageId(1, 4), 0, EndReason.ACKED, ""),
+    ]
+    assert {m.instance_id for m in markers} == {"host:1"}
+
+
+def test_a_full_settle_batch_is_written_without_waiting_for_the_linger() -> None:
+    writer, producer = _writer("kmq", settle_batch_size=3)
+    try:
+        for offset in range(3):
+            writer.ack(MessageId(0, offset))
+        assert wait_for(lambda: len(producer.records) == 1, timeout_s=2), "the third ack should wake the writer"
+    finally:
+        writer.close(0)
+
+
+def test_start_batches_split_below_the_record_limit() -> None:
+    writer, producer = _writer("kmq", max_payload_bytes=1000)
+    try:
+        deliveries = writer.start([Start(MessageId(0, i), b"x" * 400) for i in range(5)])
+        assert len(deliveries) == len(producer.records) == 3
+        sizes = [len(decode_record(r.value)) for r in producer.records]
+        assert sizes == [2, 2, 1]
+    finally:
+        writer.close(0)
+
+
+def test_the_kafka_mq_go_format_writes_one_plain_marker_per_start_and_settle() -> None:
+    writer, producer = _writer("kafka-mq-go")
+    try:
+        writer.start([Start(MessageId(0, 5), b"p")])
+        writer.ack(MessageId(0, 5))
+        writer.release(MessageId(0, 6), 300)
+        writer.flush(1)
+        assert not any(is_batch(r.value) for r in producer.records)
+        decoded = [decode(r.value) for r in producer.records]
+        assert [(m.type, m.message_id) for m in decoded] == [
+            (MarkerType.START, MessageId(0, 5)), (MarkerType.KEEPALIVE, MessageId(0, 6)),
+            (MarkerType.END, MessageId(0, 5))]
+        assert decoded[0].instance_id == "host:1" and decoded[2].instance_id == "", "no instance id per settle"
+        assert decoded[1] == Marker(MarkerType.KEEPALIVE, MessageId(0, 6), 300, reason=RELEASE_REASON)
+    finally:
+        writer.close(0)
+
+
+def test_a_failed_settle_record_counts_every_marker_in_it(kmq_writer: tuple[MarkerWriter, FakeProducer]) -> None:
+    writer, producer = kmq_writer
+    writer.ack(MessageId(0, 1))
+    writer.ack(MessageId(0, 2))
+    writer.flush(1)
+
+    class Failure:
+        def str(self) -> str:
+            return "broker down"
+
+    assert producer.records[0].on_done is not None
+    producer.records[0].on_done(Failure(), None)
+    assert writer.undelivered == 2
+

@@ -76,7 +76,7 @@ def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
         **base_settings(config, client_id),
         "enable.idempotence": True,  # implies acks=all and keeps a queue's markers in order across retries
         "partitioner": "murmur2_random",  # Java-compatible: a queue's markers share one partition with Go's
-        "linger.ms": 2,
+        "linger.ms": 0,
         # A Start carries the payload plus its headers and the marker fields.
         "message.max.bytes": config.max_payload_bytes + 200_000,
     }
@@ -146,14 +146,18 @@ def message_id(record: KafkaMessage) -> MessageId:
 
 def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
     """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
-    raw = header_dict(record)
-    headers = {k: v for k, v in raw.items() if not k.startswith(RESERVED_HEADER_PREFIX)} if raw else raw
-    msg_id = message_id(record)
-    first = raw.get(HEADER_FIRST_ID)
-    enqueued = raw.get(HEADER_ENQUEUED_AT)
+    msg_id = MessageId(record.partition() or 0, record.offset() or 0)
+    raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
+    if not raw:  # a first delivery without user headers: the common case, kept cheap
+        return Message(record.value() or b"", {}, queue, msg_id, 1, msg_id, record_timestamp_ms(record),
+                       settler, _next_keep_alive=next_keep_alive)
+    kmq = {k: v or b"" for k, v in raw if k.startswith(RESERVED_HEADER_PREFIX)}
+    first = kmq.get(HEADER_FIRST_ID)
+    enqueued = kmq.get(HEADER_ENQUEUED_AT)
     return Message(
-        payload=record.value() or b"", headers=headers, queue=queue, message_id=msg_id,
-        delivery_count=int(raw.get(HEADER_DELIVERY_COUNT, b"1")),
+        payload=record.value() or b"", queue=queue, message_id=msg_id,
+        headers={k: v or b"" for k, v in raw if not k.startswith(RESERVED_HEADER_PREFIX)},
+        delivery_count=int(kmq.get(HEADER_DELIVERY_COUNT, b"1")),
         first_message_id=MessageId.parse(first.decode()) if first else msg_id,
         enqueued_at_ms=int(enqueued) if enqueued else record_timestamp_ms(record),
         _settler=settler, _next_keep_alive=next_keep_alive,

@@ -78,6 +78,9 @@ class Config:
     receive_buffer_capacity: int = 500
     #: Messages read and not yet settled (Started, buffered or handed out); when reached, no more are Started.
     max_in_flight: int = 2_000
+    #: Records read ahead (fetched, not yet Started) past which fetching pauses: the memory bound while workers are
+    #: stalled. While they keep up, read-ahead stays near 4 Start batches and librdkafka's own queue holds the rest.
+    max_read_ahead_records: int = 20_000
     #: "kmq": batched marker records (fast; needs kmq trackers). "kafka-mq-go": one record per marker,
     #: byte-compatible with kafka-mq-go; required when any Go consumer or tracker shares the topics.
     marker_format: str = MARKER_FORMAT_KMQ
@@ -121,6 +124,7 @@ class Config:
                                                f"got {self.marker_format!r}")
         _non_negative("settle_linger_ms", self.settle_linger_ms)
         for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
+                     "max_read_ahead_records",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms"):
             _positive(name, getattr(self, name))

@@ -63,6 +63,7 @@ class Consumer:
         self._ready_cond = threading.Condition()
         self._room_freed = threading.Event()
         self._waiting_for_room = False
+        self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = PolledProducer(
             _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
@@ -71,7 +72,8 @@ class Consumer:
             **_kafka.consumer_settings(config, _kafka.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
-        self._intake = Intake(self._kafka, self._key, self._on_record_error)
+        self._intake = Intake(self._kafka, self._key, self._on_record_error, config.receive_buffer_capacity,
+                              config.max_read_ahead_records)
         self._book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
         self._pipeline = StartPipeline(
             key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
@@ -120,6 +122,15 @@ class Consumer:
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, or None after ``timeout`` seconds (None waits for ever)."""
+        if self._ready and not self._closed and self._fatal is None:
+            try:  # the common case under load, without the waiting machinery
+                message = self._ready.popleft()
+            except IndexError:
+                pass
+            else:
+                if self._waiting_for_room:
+                    self._room_freed.set()
+                return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
 
@@ -202,7 +213,8 @@ class Consumer:
     def _ack(self, message: Message) -> None:
         self._claim(message, "ack")
         self._writer.ack(message.message_id)
-        self._wake_loop()
+        if self._waiting_for_room:
+            self._room_freed.set()
 
     def _release(self, message: Message, delay_ms: int) -> None:
         self._claim(message, "release")
@@ -324,7 +336,7 @@ class Consumer:
 
     def _to_message(self, record: Record) -> Message:
         return _kafka.to_message(record, self._queue, self,  # type: ignore[arg-type]
-                                 time.monotonic() + self._config.keep_alive_interval_ms / 1000)
+                                 time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:
         with self._ready_cond:

@@ -1,9 +1,14 @@
 """Intake: records fetched from the messages topic and not yet taken (the backlog), and flow control.
 
-Fetching pauses when the backlog is long and resumes when it has drained to half, because every pause/resume costs
-a fetch round trip. The pause state is the consumer's intent, and every path that changes the assignment applies
-it to each partition it assigns: librdkafka keeps a partition's paused flag across revoke/lost and a later
-re-assignment, so a partition paused before it left would otherwise come back paused and never be read.
+Two limits: past the soft one (4 Start batches' worth of records) the intake takes one record per poll instead of
+a batch, so librdkafka's own queue fills and its fetcher stops by itself; past the hard one
+(``max_read_ahead_records``, reached only while the workers are stalled) it pauses fetching, and resumes once the
+backlog is back under the soft limit. Pausing is the exception because a resume costs about a second before records flow again (librdkafka
+2.16 drops the prefetched records of a paused partition and fetches them anew).
+
+The pause state is the consumer's intent, and every path that changes the assignment applies it to each partition
+it assigns: librdkafka keeps a partition's paused flag across revoke/lost and a later re-assignment, so a
+partition paused before it left would otherwise come back paused and never be read.
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ from typing import Any, Protocol
 
 from kmq.offset_book import TopicPartitionKey
 
-BACKLOG_MAX = 2_000
 MAX_BATCH = 500
+SOFT_LIMIT_BATCHES = 4
 
 
 class Record(Protocol):
@@ -42,12 +47,13 @@ class Intake:
     """The backlog and the pause state of one Kafka consumer. Loop thread only (rebalance callbacks included)."""
 
     def __init__(self, client: FetchClient, key: bytes, on_error: Callable[[Record], None],
-                 backlog_max: int = BACKLOG_MAX) -> None:
+                 batch_records: int = MAX_BATCH, hard_limit: int = 20_000) -> None:
         self._client = client
         self._key = key
         self._on_error = on_error
         self._backlog: deque[Record] = deque()
-        self._backlog_max = backlog_max
+        self._soft_limit = min(SOFT_LIMIT_BATCHES * batch_records, hard_limit // 2)
+        self._hard_limit = hard_limit
         self.paused = False
         #: Records read from the messages topic, this queue's and others' (read amplification).
         self.records_read = 0
@@ -56,9 +62,9 @@ class Intake:
         return len(self._backlog)
 
     def update_pause(self) -> None:
-        """Pauses fetching when the backlog is full, resumes it once the backlog has drained to half."""
+        """Pauses fetching past the hard limit, resumes it once the backlog is back under the soft one."""
         backlog = len(self._backlog)
-        paused = backlog >= self._backlog_max or (self.paused and backlog > self._backlog_max // 2)
+        paused = backlog >= self._hard_limit or (self.paused and backlog > self._soft_limit)
         if paused != self.paused:
             self.paused = paused
             self._apply(self._client.assignment())
@@ -82,7 +88,8 @@ class Intake:
         first = self._client.poll(wait_s)  # may run rebalance callbacks, which call forget()/assigned()
         if first is None:
             return 0
-        records = [first, *self._client.consume(MAX_BATCH - 1, 0)]
+        full = len(self._backlog) >= self._soft_limit  # then one record per poll: librdkafka's queue fills
+        records = [first] if full else [first, *self._client.consume(MAX_BATCH - 1, 0)]
         self.records_read += len(records)
         good = [r for r in records if r.error() is None]
         if len(good) != len(records):

@@ -52,6 +52,8 @@ class Startable(Protocol):
 
 def start_size(message: Startable) -> int:
     """Roughly what ``message`` adds to a batch record, to split batches below the broker's size limit."""
+    if not message.headers:
+        return len(message.payload) + START_OVERHEAD_BYTES
     return len(message.payload) + sum(len(k) + len(v) + 4 for k, v in message.headers.items()) + START_OVERHEAD_BYTES
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from google.protobuf.message import DecodeError
 
@@ -34,9 +34,9 @@ class EndReason(IntEnum):
     DEAD_LETTERED = 3
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MessageId:
-    """Where a record sits on the messages topic: (partition, offset)."""
+class MessageId(NamedTuple):
+    """Where a record sits on the messages topic: (partition, offset). A tuple, so hashing and comparing it (once
+    per message in the consumer's in-flight table and the tracker's state) run in C."""
 
     partition: int
     offset: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -53,10 +54,16 @@ def free_port() -> int:
 
 
 def env_for(config: Config) -> dict[str, str]:
+    """The environment that makes ``Config.load()`` in a child process equal ``config``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KMQ_BOOTSTRAP_SERVERS": config.bootstrap_servers,
            "KMQ_MESSAGE_TOPIC": config.message_topic, "KMQ_MARKER_TOPIC": config.marker_topic,
            "KMQ_REDELIVERY_TIMEOUT_MS": str(config.redelivery_timeout_ms),
            "KMQ_MAX_DELIVERIES": str(config.max_deliveries)}
+    defaults = Config(bootstrap_servers="x")
+    for fld in dataclasses.fields(Config):
+        value = getattr(config, fld.name)
+        if isinstance(value, int | str) and value != getattr(defaults, fld.name):
+            env["KMQ_" + fld.name.upper()] = str(value)
     for key, value in config.consumer_kafka.items():
         env["KMQ_CONSUMER_KAFKA_" + key.upper().replace(".", "_")] = value
     return env

@@ -11,17 +11,20 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer as RawProducer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kmq import Config, Service, logs
-from kmq.markers import Marker, MarkerType, MessageId, decode, encode
+from kmq.marker_batch import decode_record, encode_starts
+from kmq.markers import Marker, MarkerType, MessageId, encode
 from kmq.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, percentiles, write
+from tests.bench.tracker_probe import TrackerProbe
 from tests.helpers import ROOT, env_for
 from tests.markers_io import read_topic
 
@@ -35,6 +38,7 @@ REBUILD_SIZES = (100_000,) if QUICK else (100_000, 1_000_000)
 MANY_QUEUES = (1, 10) if QUICK else (1, 10, 100)
 N_MANY = 5_000 if QUICK else 20_000
 PARTITIONS = 6
+CONSUMER_PROCESSES = (1, 2) if QUICK else (1, 2, 4)
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
@@ -78,24 +82,52 @@ def produce_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
 
 
 def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
-    cases = []
-    for procs in (1, 2):
-        topic = raw_topic(admin)
-        w.raw_produce(bootstrap, topic, N_E2E, 256)
-        raw, _ = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("raw")), N_E2E, procs)
-        config = fresh(bootstrap, "e2e")
+    """Acked throughput: raw consume+commit and Kafka's share groups as baselines, kmq per message, in batches,
+    in 1, 2 and 4 processes, and in kafka-mq-go's marker format; a tracker runs for every kmq case."""
+    setup = {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS}
+    raw = _raw_rate(bootstrap, admin, 1)
+    shares = {procs: _share_rate(bootstrap, admin, procs) for procs in CONSUMER_PROCESSES}
+    cases = [Case("ShareConsumer explicit ack (the baseline below)", "msgs/s", shares[1], raw, "raw consume+commit",
+                  {**setup, "processes": 1})]
+    runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES] + [(1, 0, "kafka-mq-go")]
+    for procs, batch, marker_format in runs:
+        config = fresh(bootstrap, "e2e", marker_format=marker_format)
         queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
         preload(config, queue, N_E2E)
-        proc = tracker(config)
-        try:
-            ours, _ = w.run_consumers(w._kmq_consume, (config, queue), N_E2E, procs)
-        finally:
-            proc.terminate()
-            proc.wait(30)
-        cases.append(Case(f"end-to-end acked, {procs} consumer process(es)", "msgs/s", ours, raw,
-                          "raw consume+commit", {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS,
-                                                 "processes": procs, "tracker": "running"}))
+        with TrackerProbe(config) as probe:
+            cpu_before, since = probe.cpu_s(), time.monotonic()
+            ours, _ = w.run_consumers(w._kmq_consume, (config, queue, batch), N_E2E, procs)
+            tracker_cpu = probe.cpu_s() - cpu_before
+            lag = probe.lag_ms(since)
+        how = f"receive_many({batch})" if batch else "receive()"
+        cases.append(Case(f"kmq {how} + ack, {procs} process(es), {marker_format} markers", "msgs/s", ours,
+                          shares[procs], "ShareConsumer explicit ack",
+                          {**setup, "processes": procs, "tracker": "running"},
+                          extra={"vs_raw": round(ours / raw, 3), "tracker_cpu_s_per_100k": tracker_cpu / N_E2E * 1e5,
+                                 "tracker_marker_lag_ms": lag},
+                          note=f"{ours / raw:.2f}x raw; tracker {tracker_cpu / N_E2E * 1e5:.2f} CPU s per 100k, "
+                               f"marker lag p50/p99 {lag.get('p50', 0):.0f}/{lag.get('p99', 0):.0f} ms"))
     return cases
+
+
+def _raw_rate(bootstrap: str, admin: AdminClient, procs: int) -> float:
+    topic = raw_topic(admin)
+    w.raw_produce(bootstrap, topic, N_E2E, 256)
+    rate, _ = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("raw")), N_E2E, procs)
+    return rate
+
+
+def _share_rate(bootstrap: str, admin: AdminClient, procs: int) -> float:
+    """A share group starts at "latest" unless told otherwise before the first member joins."""
+    topic = raw_topic(admin)
+    share_group = w.group("share")
+    resource = ConfigResource("group", share_group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    w.raw_produce(bootstrap, topic, N_E2E, 256)
+    rate, _ = w.run_consumers(w._share_consume, (bootstrap, topic, share_group), N_E2E, procs, timeout_s=180)
+    return rate
 
 
 def latency_case(bootstrap: str, admin: AdminClient) -> Case:
@@ -111,7 +143,7 @@ def latency_case(bootstrap: str, admin: AdminClient) -> Case:
     config = fresh(bootstrap, "lat")
     queue = w.group("lat")
     producer = Service(config).queue(queue).producer()
-    _, our_lat = w.run_consumers(w._kmq_consume, (config, queue), N_LATENCY, 1,
+    _, our_lat = w.run_consumers(w._kmq_consume, (config, queue, 0), N_LATENCY, 1,
                                  pace=w.paced_sender(producer.send_async, N_LATENCY, RATE))
     producer.close()
     ours_p = percentiles([x * 1000 for x in our_lat])
@@ -119,26 +151,6 @@ def latency_case(bootstrap: str, admin: AdminClient) -> Case:
     return Case("latency send→handler p99", "ms", ours_p.get("p99"), raw_p.get("p99"), "raw produce→consume",
                 {"messages": N_LATENCY, "rate_per_s": RATE, "payload": "~30 B", "processes": 1},
                 extra={"ours_percentiles": ours_p, "baseline_percentiles": raw_p})
-
-
-def share_case(bootstrap: str, admin: AdminClient, kmq_rate: float) -> Case:
-    setup = {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS, "processes": 1}
-    try:
-        topic = raw_topic(admin)
-        share_group = w.group("share")
-        resource = ConfigResource("group", share_group, incremental_configs=[
-            __import__("confluent_kafka").admin.ConfigEntry(
-                "share.auto.offset.reset", "earliest",
-                incremental_operation=__import__("confluent_kafka").admin.AlterConfigOpType.SET)])
-        for future in admin.incremental_alter_configs([resource]).values():
-            future.result(30)
-        w.raw_produce(bootstrap, topic, N_E2E, 256)
-        share, _ = w.run_consumers(w._share_consume, (bootstrap, topic, share_group), N_E2E, 1, timeout_s=180)
-        return Case("end-to-end acked vs share groups (KIP-932)", "msgs/s", kmq_rate, share,
-                    "ShareConsumer explicit ack", setup)
-    except Exception as err:  # noqa: BLE001 - recorded in the results instead of a number
-        return Case("end-to-end acked vs share groups (KIP-932)", "msgs/s", kmq_rate, None,
-                    "ShareConsumer explicit ack", setup, note=f"share groups refused: {type(err).__name__}: {err}")
 
 
 def redelivery_case(bootstrap: str) -> Case:
@@ -157,9 +169,9 @@ def redelivery_case(bootstrap: str) -> Case:
         proc.wait(30)
     deadlines: dict[str, int] = {}
     for record in read_topic(bootstrap, config.marker_topic, timeout_s=60):
-        marker = decode(record.value())
-        if marker.type is not MarkerType.END:
-            deadlines[str(marker.message_id)] = record.timestamp()[1] + marker.redeliver_after_ms
+        for marker in decode_record(record.value()):
+            if marker.type is not MarkerType.END:
+                deadlines[str(marker.message_id)] = record.timestamp()[1] + marker.redeliver_after_ms
     lags = [max(0, r.timestamp()[1] - deadlines[dict(r.headers())["kmq-first-message-id"].decode()])
             for r in copies if _is_copy(r)]
     pcts = percentiles([float(x) for x in lags])
@@ -183,36 +195,60 @@ def _take_and_die(config: Config, queue: str, total: object, n: int, go: object,
     with total.get_lock():  # type: ignore[attr-defined]
         total.value = n  # type: ignore[attr-defined]
     consumer.flush(30)
-    w._report(out, [])
+    w._report(out, time.perf_counter(), [])
 
 
 def rebuild_cases(bootstrap: str) -> list[Case]:
     empty = fresh(bootstrap, "rebuild0")
     base_rss, _ = _tracker_rebuild(empty, 0)
     cases = []
-    for n in REBUILD_SIZES:
-        config = fresh(bootstrap, "rebuild")
-        producer = RawProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                                "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
-        payload = b"p" * 256
-        for i in range(n):
-            start = Marker(MarkerType.START, MessageId(i % PARTITIONS, i), 3_600_000, b"bench", payload)
-            while True:
-                try:
-                    producer.produce(config.marker_topic, encode(start), b"bench")
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.flush(300)
-        rss, seconds = _tracker_rebuild(config, n)
-        per_message = (rss - base_rss) / n
-        cases.append(Case(f"tracker rebuild {n:,} in-flight", "s", seconds, None, "-",
-                          {"markers": n, "payload": 256, "marker_partitions": 1},
-                          extra={"peak_rss_mb": round(rss / 1e6, 1), "bytes_per_in_flight": round(per_message),
-                                 "baseline_rss_mb": round(base_rss / 1e6, 1)},
-                          note=f"{per_message:.0f} bytes per in-flight message incl. 256 B payload; "
-                               f"targets: 1M <= 10 s, <= payload + 200 B"))
+    for marker_format in ("kmq", "kafka-mq-go"):
+        for n in REBUILD_SIZES:
+            config = fresh(bootstrap, "rebuild")
+            _write_starts(config, n, marker_format)
+            rss, seconds = _tracker_rebuild(config, n)
+            per_message = (rss - base_rss) / n
+            cases.append(Case(f"tracker rebuild {n:,} in-flight, {marker_format} markers", "s", seconds, None, "-",
+                              {"markers": n, "payload": 256, "marker_partitions": 1},
+                              extra={"peak_rss_mb": round(rss / 1e6, 1), "bytes_per_in_flight": round(per_message),
+                                     "baseline_rss_mb": round(base_rss / 1e6, 1)},
+                              note=f"{per_message:.0f} bytes per in-flight message incl. 256 B payload; "
+                                   f"targets: 1M <= 5 s, <= payload + 100 B"))
     return cases
+
+
+def _write_starts(config: Config, n: int, marker_format: str) -> None:
+    """``n`` Starts of 256 B payloads: one record each (kafka-mq-go) or 500 a record (kmq)."""
+    producer = RawProducer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 50, "batch.size": 1_000_000,
+                            "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    payload = b"p" * 256
+    per_record = 500 if marker_format == "kmq" else 1
+    for first in range(0, n, per_record):
+        ids = [MessageId(i % PARTITIONS, i) for i in range(first, min(n, first + per_record))]
+        if marker_format == "kmq":
+            value = encode_starts(b"bench", 3_600_000, [_Start(mid, payload) for mid in ids])
+        else:
+            value = encode(Marker(MarkerType.START, ids[0], 3_600_000, b"bench", payload))
+        while True:
+            try:
+                producer.produce(config.marker_topic, value, b"bench")
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(300)
+
+
+@dataclass(frozen=True)
+class _Start:
+    message_id: MessageId
+    payload: bytes
+    headers: dict[str, bytes] = field(default_factory=dict)
+    delivery_count: int = 1
+    enqueued_at_ms: int = 0
+
+    @property
+    def first_message_id(self) -> MessageId:
+        return self.message_id
 
 
 def _tracker_rebuild(config: Config, n: int) -> tuple[int, float]:
@@ -296,7 +332,6 @@ def test_bench(kafka_bootstrap: str) -> None:
     e2e = e2e_cases(kafka_bootstrap, admin)
     cases += e2e
     cases.append(latency_case(kafka_bootstrap, admin))
-    cases.append(share_case(kafka_bootstrap, admin, e2e[0].ours or 0.0))
     cases.append(redelivery_case(kafka_bootstrap))
     cases += rebuild_cases(kafka_bootstrap)
     cases += many_queue_cases(kafka_bootstrap, admin)

@@ -59,6 +59,8 @@ def kmq_send(config: Config, queue: str, n: int, size: int, sync: bool) -> float
 
 
 # --- consumers (run in child processes; they report through a queue) ------------------------------------
+# Each reports when it got its first record and when it finished: a rate runs from the first record of any
+# process to the last record of all, so group joins (5 s for a share group's first heartbeat) are not measured.
 
 def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
     consumer = RawConsumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
@@ -66,6 +68,7 @@ def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go:
     consumer.subscribe([topic])
     go.wait()
     latencies: list[float] = []
+    first_at = None
     while total.value < n:
         # Same fetch pattern as kmq's consumer: the first record as soon as it comes, then what is buffered.
         first = consumer.poll(0.2)
@@ -73,6 +76,7 @@ def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go:
         good = [m for m in batch if m.error() is None]
         if not good:
             continue
+        first_at = first_at or time.perf_counter()
         now = time.time()
         latencies.extend(now - float(m.value().split(b"|", 1)[0]) for m in good if m.value()[:1] != b"x")
         # A rebalance under way fails the commit: the next owner re-reads from the last one (at least once).
@@ -80,85 +84,99 @@ def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go:
             consumer.commit(asynchronous=False)
         with total.get_lock():
             total.value += len(good)
-    _report(out, latencies)
+    _report(out, first_at, latencies)
 
 
-def _kmq_consume(config: Config, queue: str, total: Any, n: int, go: Any, out: Any) -> None:
+def _kmq_consume(config: Config, queue: str, batch: int, total: Any, n: int, go: Any, out: Any) -> None:
+    """``batch`` 0: receive() + ack() per message; otherwise receive_many(batch) + ack() per message."""
     logs.configure("error")
     consumer = Service(config).queue(queue).consumer()
     go.wait()
     latencies: list[float] = []
+    first_at = None
     while total.value < n:
-        msg = consumer.receive(0.2)
-        if msg is None:
+        if batch:
+            got = consumer.receive_many(batch, 0.2)
+        else:
+            msg = consumer.receive(0.2)
+            got = [msg] if msg is not None else []
+        if not got:
             continue
-        if msg.payload[:1] != b"x":
-            latencies.append(time.time() - float(msg.payload.split(b"|", 1)[0]))
-        msg.ack()
+        first_at = first_at or time.perf_counter()
+        for msg in got:
+            if msg.payload[:1] != b"x":
+                latencies.append(time.time() - float(msg.payload.split(b"|", 1)[0]))
+            msg.ack()
         with total.get_lock():
-            total.value += 1
+            total.value += len(got)
     consumer.flush(30)
-    _report(out, latencies)
+    _report(out, first_at, latencies)
 
 
-def _report(out: Any, latencies: list[float]) -> None:
-    """Sends this process's end time and latencies, then exits at once: no close, so no group leave or
-    release markers of this case overlap the next one (each case uses its own groups)."""
-    out.put((time.perf_counter(), latencies))
+def _report(out: Any, first_at: float | None, latencies: list[float]) -> None:
+    """Sends this process's first-record and end times and latencies, then exits at once: no close, so no group
+    leave or release markers of this case overlap the next one (each case uses its own groups)."""
+    out.put((first_at, time.perf_counter(), latencies))
     out.close()
     out.join_thread()  # os._exit skips the queue's feeder thread otherwise
     os._exit(0)
 
 
 def _share_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
+    """Kafka's own queues (KIP-932): explicit ACCEPT per record, one commit_sync per poll batch."""
     from confluent_kafka import AcknowledgeType, ShareConsumer
 
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                               "share.acknowledgement.mode": "explicit"})
     consumer.subscribe([topic])
     go.wait()
+    first_at = None
     while total.value < n:
         batch = consumer.poll(0.2) or []
         good = [m for m in batch if m.error() is None]
+        if not good:
+            continue
+        first_at = first_at or time.perf_counter()
         for msg in good:
             consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
-        if good:
-            consumer.commit_sync()
-            with total.get_lock():
-                total.value += len(good)
-    _report(out, [])
+        consumer.commit_sync()
+        with total.get_lock():
+            total.value += len(good)
+    _report(out, first_at, [])
 
 
 def run_consumers(target: Any, args: tuple[Any, ...], n: int, processes: int, timeout_s: float = 120,
                   pace: Any = None) -> tuple[float, list[float]]:
-    """Starts ``processes`` consumers, releases them together, returns (msgs/s, latencies in s)."""
+    """Starts ``processes`` consumers, releases them together, returns (msgs/s from the first record to the
+    last, latencies in s)."""
     ctx = mp.get_context("spawn")
     total, go, out = ctx.Value("l", 0), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args, total, n, go, out), daemon=True) for _ in range(processes)]
     for proc in procs:
         proc.start()
-    # Joined and assigned (start-up is not what we measure); two members need both cooperative rounds.
-    time.sleep(3 if processes == 1 else 8)
+    # Several members: let the group settle, so the run is not a string of rebalances.
+    time.sleep(1 if processes == 1 else 8)
     go.set()
-    started = time.perf_counter()
     if pace is not None:
         pace()
-    ends, latencies = [], []
+    firsts, ends, latencies = [], [], []
     deadline = time.monotonic() + timeout_s
     while len(ends) < processes and time.monotonic() < deadline:
         try:
-            end, lat = out.get(timeout=1)
+            first, end, lat = out.get(timeout=1)
         except Exception:  # noqa: BLE001 - queue.Empty from another module
             continue
         ends.append(end)
+        if first is not None:
+            firsts.append(first)
         latencies.extend(lat)
     for proc in procs:
         proc.join(5)
         if proc.is_alive():
             proc.kill()
-    if len(ends) < processes:
+    if len(ends) < processes or not firsts:
         raise TimeoutError(f"consumers did not finish {n} messages in {timeout_s}s (got {total.value})")
-    return n / (max(ends) - started), latencies
+    return n / (max(ends) - min(firsts)), latencies
 
 
 def paced_sender(send: Any, n: int, rate: float) -> Any:

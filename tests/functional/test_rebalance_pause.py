@@ -21,6 +21,8 @@ from tests.markers_io import wait_for
 pytestmark = pytest.mark.timeout(180)
 
 TOTAL = 6000
+# Fetching pauses once 60 records wait unstarted (past 30 the intake takes one record per poll).
+PAUSES_SOON = {"receive_buffer_capacity": 10, "max_read_ahead_records": 60}
 
 
 def _produce(config: Config, queue: str) -> None:
@@ -55,7 +57,7 @@ def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(
     kmq_config: ConfigFactory, marker_format: str,
 ) -> None:
     # Given a consumer whose backlog is full, so fetching is paused
-    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP, marker_format=marker_format)
+    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP, marker_format=marker_format, **PAUSES_SOON)
     _produce(config, "survivor")
     with Service(config).queue("survivor").consumer() as one:
         assert wait_for(lambda: one.fetch_paused, timeout_s=30), "fetching never paused"
@@ -83,7 +85,7 @@ def test_a_consumer_whose_partitions_are_lost_while_paused_reads_them_when_they_
     kmq_config: ConfigFactory, admin: AdminClient,
 ) -> None:
     # Given a consumer process whose fetching is paused
-    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP)
+    config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP, **PAUSES_SOON)
     _produce(config, "lost")
     proc = subprocess.Popen([sys.executable, "-m", "tests.paused_drain_proc", "lost", str(TOTAL)], cwd=ROOT,
                             env=env_for(config), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

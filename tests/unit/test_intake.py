@@ -12,8 +12,9 @@ from tests.unit.fakes import FakeFetchClient, FakeRecord, Part
 PARTS = [Part("m", p) for p in range(6)]
 
 
-def _intake(client: FakeFetchClient, backlog_max: int = 4) -> Intake:
-    return Intake(client, b"q", on_error=lambda r: None, backlog_max=backlog_max)
+def _intake(client: FakeFetchClient, batch_records: int = 1) -> Intake:
+    """Soft limit 4 records per batch record, hard limit 40 records per batch record."""
+    return Intake(client, b"q", on_error=lambda r: None, batch_records=batch_records, hard_limit=40 * batch_records)
 
 
 def _records(n: int, start: int = 0) -> list[FakeRecord]:
@@ -30,15 +31,26 @@ def _assign(client: FakeFetchClient, intake: Intake, parts: list[Part]) -> None:
     intake.assigned(parts)
 
 
-def test_a_full_backlog_pauses_fetching_and_draining_it_to_half_resumes() -> None:
-    client = FakeFetchClient(assigned=list(PARTS), pending=_records(5))
+def test_past_the_soft_limit_each_poll_takes_one_record_and_librdkafka_keeps_the_rest() -> None:
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(10))
+    intake = _intake(client)
+    client.pending, rest = client.pending[:4], client.pending[4:]
+    intake.fetch(0)
+    client.pending += rest
+    assert intake.fetch(0) == 1 and len(client.pending) == 5
+    intake.update_pause()
+    assert not intake.paused
+
+
+def test_past_the_hard_limit_fetching_pauses_and_under_the_soft_limit_it_resumes() -> None:
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(50))
     intake = _intake(client)
     intake.fetch(0)
     intake.update_pause()
     assert intake.paused and client.fetchable() == set()
-    intake.take(2)
+    intake.take(45)
     intake.update_pause()
-    assert intake.paused, "still above half: a resume now would cost a fetch round trip for little"
+    assert intake.paused, "above the soft limit: a resume now would cost a fetch round trip for little"
     intake.take(1)
     intake.update_pause()
     assert not intake.paused and client.fetchable() == set(range(6))
@@ -46,13 +58,14 @@ def test_a_full_backlog_pauses_fetching_and_draining_it_to_half_resumes() -> Non
 
 def test_partitions_revoked_while_paused_are_fetched_when_they_come_back_after_the_resume() -> None:
     # Given a paused intake
-    client = FakeFetchClient(assigned=list(PARTS), pending=_records(12))
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(60))
     intake = _intake(client)
     intake.fetch(0)
     intake.update_pause()
+    assert intake.paused
     # When half the partitions are revoked, the rest resumed, and the half assigned again
     _revoke(client, intake, PARTS[:3])
-    intake.take(10)
+    intake.take(30)
     intake.update_pause()
     _assign(client, intake, PARTS[:3])
     # Then all six are fetched (librdkafka alone would keep 0-2 paused)
@@ -60,13 +73,13 @@ def test_partitions_revoked_while_paused_are_fetched_when_they_come_back_after_t
 
 
 def test_partitions_assigned_while_paused_stay_paused_until_the_resume() -> None:
-    client = FakeFetchClient(assigned=list(PARTS[3:]), pending=_records(12))
+    client = FakeFetchClient(assigned=list(PARTS[3:]), pending=[r for r in _records(120) if r.partition() >= 3])
     intake = _intake(client)
     intake.fetch(0)
     intake.update_pause()
     _assign(client, intake, PARTS[:3])
     assert client.fetchable() == set()
-    intake.take(12)
+    intake.take(60)
     intake.update_pause()
     assert client.fetchable() == set(range(6))
 
@@ -75,7 +88,7 @@ def test_taking_stops_after_room_own_records_and_foreign_ones_ride_along() -> No
     client = FakeFetchClient(assigned=list(PARTS))
     client.pending = [FakeRecord("m", 0, 0, b"other"), FakeRecord("m", 0, 1), FakeRecord("m", 0, 2, b"other"),
                       FakeRecord("m", 0, 3), FakeRecord("m", 0, 4)]
-    intake = _intake(client, backlog_max=100)
+    intake = _intake(client, batch_records=100)
     intake.fetch(0)
     taken = intake.take(2)
     assert [r.offset() for r in taken] == [0, 1, 2, 3]
@@ -85,15 +98,15 @@ def test_taking_stops_after_room_own_records_and_foreign_ones_ride_along() -> No
 
 def test_records_of_forgotten_partitions_leave_the_backlog() -> None:
     client = FakeFetchClient(assigned=list(PARTS), pending=_records(12))
-    intake = _intake(client, backlog_max=100)
+    intake = _intake(client, batch_records=100)
     intake.fetch(0)
     intake.forget([("m", 0), ("m", 1)])
     assert {r.partition() for r in intake.take(100)} == {2, 3, 4, 5}
 
 
 operations = st.lists(st.one_of(
-    st.tuples(st.just("fill"), st.integers(1, 8)),
-    st.tuples(st.just("take"), st.integers(1, 8)),
+    st.tuples(st.just("fill"), st.integers(1, 60)),
+    st.tuples(st.just("take"), st.integers(1, 60)),
     st.tuples(st.just("revoke"), st.sets(st.integers(0, 5), min_size=1)),
     st.tuples(st.just("assign"), st.sets(st.integers(0, 5), min_size=1)),
 ), max_size=40)

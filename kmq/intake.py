@@ -3,8 +3,8 @@
 Two limits: past the soft one (4 Start batches' worth of records) the intake takes one record per poll instead of
 a batch, so librdkafka's own queue fills and its fetcher stops by itself; past the hard one
 (``max_read_ahead_records``, reached only while the workers are stalled) it pauses fetching, and resumes once the
-backlog is back under the soft limit. Pausing is the exception because a resume costs about a second before records flow again (librdkafka
-2.16 drops the prefetched records of a paused partition and fetches them anew).
+backlog is back under the soft limit. Pausing is the exception because a resume costs about a second before
+records flow again (librdkafka 2.16 drops the prefetched records of a paused partition and fetches them anew).
 
 The pause state is the consumer's intent, and every path that changes the assignment applies it to each partition
 it assigns: librdkafka keeps a partition's paused flag across revoke/lost and a later re-assignment, so a

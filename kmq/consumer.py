@@ -129,7 +129,7 @@ class Consumer:
                 pass
             else:
                 if self._waiting_for_room:
-                    self._room_freed.set()
+                    self._wake_loop()
                 return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
@@ -214,7 +214,7 @@ class Consumer:
         self._claim(message, "ack")
         self._writer.ack(message.message_id)
         if self._waiting_for_room:
-            self._room_freed.set()
+            self._wake_loop()
 
     def _release(self, message: Message, delay_ms: int) -> None:
         self._claim(message, "release")
@@ -261,8 +261,9 @@ class Consumer:
         return message._already_settled(how)
 
     def _wake_loop(self) -> None:
-        # Event.set takes a condition lock: only pay for it when the loop is actually waiting for room.
-        if self._waiting_for_room:
+        # Event.set takes a condition lock: pay for it only when the loop waits and the room it waits for is there
+        # (a quarter of the buffer), not once per message.
+        if self._waiting_for_room and self._usable_room() > 0:
             self._room_freed.set()
 
     # --- background: keep-alive (every message in flight, handed out or not) -------------------------------

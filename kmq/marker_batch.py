@@ -9,13 +9,14 @@ Pure: no Kafka imports.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any, Protocol, cast
 
 from google.protobuf.message import DecodeError
 
 from kmq._proto import kmq_marker_pb2 as pb
 from kmq.errors import MarkerDecodeError
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode
+from kmq.markers import RELEASE_REASON, EndReason, Headers, Marker, MarkerType, MessageId, decode
 
 BATCH_VERSION = 1
 BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
@@ -109,15 +110,63 @@ def is_batch(data: bytes | None) -> bool:
     return bool(data) and data[0] == 0  # type: ignore[index]
 
 
-def decode_record(data: bytes | None) -> list[Marker]:
-    """The markers in one markers-topic record, in either format, in the order they apply."""
-    if not is_batch(data):
-        return [decode(data)]
-    assert data is not None
+#: A Start entry as a plain tuple: id, payload, headers, delivery count, first id (None: this one), enqueued-at.
+StartTuple = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
+
+
+class DecodedBatch:
+    """A decoded batch record, read entry by entry without building a Marker for each (the tracker's path)."""
+
+    __slots__ = ("_batch", "client_id", "instance_id", "key", "redeliver_after_ms")
+
+    def __init__(self, batch: pb.MarkerBatch) -> None:
+        self._batch = batch
+        self.key: bytes = batch.key
+        self.redeliver_after_ms: int = batch.redeliver_after_ms
+        self.client_id: str = batch.client_id
+        self.instance_id: str = batch.instance_id
+
+    def starts(self) -> Iterator[StartTuple]:
+        for entry in self._batch.starts:
+            first = (MessageId(entry.first_message_id.partition, entry.first_message_id.offset)
+                     if entry.HasField("first_message_id") else None)
+            headers = tuple((h.key, h.value) for h in entry.headers) if entry.headers else ()
+            yield (MessageId(entry.partition, entry.offset), entry.value, headers, entry.delivery_count, first,
+                   entry.enqueued_at_ms)
+
+    def keep_alives(self) -> list[MessageId]:
+        return list(map(MessageId, self._batch.keep_alive_partitions, self._batch.keep_alive_offsets))
+
+    def settles(self) -> Iterator[Marker]:
+        """Releases and Ends with a reason, as Markers (they are few)."""
+        for settle in self._batch.settles:
+            kind, reason = _SETTLE_KINDS[cast(Any, settle.kind)]
+            text = RELEASE_REASON if kind is MarkerType.KEEPALIVE else settle.reason
+            yield Marker(kind, MessageId(settle.partition, settle.offset), settle.delay_ms, end_reason=reason,
+                         reason=text, client_id=self.client_id, instance_id=self.instance_id)
+
+    def acks(self) -> list[MessageId]:
+        return list(map(MessageId, self._batch.ack_partitions, self._batch.ack_offsets))
+
+    def markers(self) -> Iterator[Marker]:
+        """Every marker of the batch, in the order they apply."""
+        key, after, client, instance = self.key, self.redeliver_after_ms, self.client_id, self.instance_id
+        for mid, value, headers, count, first, enqueued in self.starts():
+            yield Marker(MarkerType.START, mid, after, key, value, delivery_count=count, first_message_id=first,
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers)
+        for mid in self.keep_alives():
+            yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance)
+        yield from self.settles()
+        for mid in self.acks():
+            yield Marker(MarkerType.END, mid, client_id=client, instance_id=instance)
+
+
+def decode_batch(data: bytes) -> DecodedBatch:
+    """Parses a batch record (``is_batch(data)``); raises MarkerDecodeError for anything malformed."""
     if data[:3] != BATCH_PREFIX[:3]:
         raise MarkerDecodeError("starts with 00 but is not a kmq marker batch", data)
-    if data[3] != BATCH_VERSION:
-        raise MarkerDecodeError(f"unknown marker batch version {data[3]}", data)
+    if data[3:4] != BATCH_PREFIX[3:]:
+        raise MarkerDecodeError(f"unknown marker batch version {data[3] if len(data) > 3 else None}", data)
     batch = pb.MarkerBatch()
     try:
         batch.ParseFromString(data[4:])
@@ -128,33 +177,19 @@ def decode_record(data: bytes | None) -> list[Marker]:
     if (len(batch.keep_alive_partitions) != len(batch.keep_alive_offsets)
             or len(batch.ack_partitions) != len(batch.ack_offsets)):
         raise MarkerDecodeError("marker batch id lists of unequal length", data)
-    return list(_markers(batch, data))
-
-
-def _markers(batch: pb.MarkerBatch, data: bytes) -> Iterator[Marker]:
-    key, after, client, instance = batch.key, batch.redeliver_after_ms, batch.client_id, batch.instance_id
-    for entry in batch.starts:
-        mid = _id(entry.partition, entry.offset, data)
-        first = (MessageId(entry.first_message_id.partition, entry.first_message_id.offset)
-                 if entry.HasField("first_message_id") else None)
-        yield Marker(MarkerType.START, mid, after, key, entry.value, delivery_count=entry.delivery_count,
-                     first_message_id=first, enqueued_at_ms=entry.enqueued_at_ms, client_id=client,
-                     instance_id=instance, headers=tuple((h.key, h.value) for h in entry.headers))
-    for partition, offset in zip(batch.keep_alive_partitions, batch.keep_alive_offsets, strict=True):
-        yield Marker(MarkerType.KEEPALIVE, _id(partition, offset, data), after, client_id=client,
-                     instance_id=instance)
-    for settle in batch.settles:
-        if settle.kind not in _SETTLE_KINDS:
-            raise MarkerDecodeError(f"unknown settle kind {settle.kind}", data)
-        kind, reason = _SETTLE_KINDS[cast(Any, settle.kind)]
-        text = RELEASE_REASON if kind is MarkerType.KEEPALIVE else settle.reason
-        yield Marker(kind, _id(settle.partition, settle.offset, data), settle.delay_ms, end_reason=reason,
-                     reason=text, client_id=client, instance_id=instance)
-    for partition, offset in zip(batch.ack_partitions, batch.ack_offsets, strict=True):
-        yield Marker(MarkerType.END, _id(partition, offset, data), client_id=client, instance_id=instance)
-
-
-def _id(partition: int, offset: int, data: bytes) -> MessageId:
-    if partition < 0 or offset < 0:
+    ids = chain(batch.keep_alive_partitions, batch.keep_alive_offsets, batch.ack_partitions, batch.ack_offsets,
+                (e.partition for e in batch.starts), (e.offset for e in batch.starts),
+                (s.partition for s in batch.settles), (s.offset for s in batch.settles))
+    if min(ids, default=0) < 0:
         raise MarkerDecodeError("negative message id in a marker batch", data)
-    return MessageId(partition, offset)
+    if any(s.kind not in _SETTLE_KINDS for s in batch.settles):
+        raise MarkerDecodeError("unknown settle kind in a marker batch", data)
+    return DecodedBatch(batch)
+
+
+def decode_record(data: bytes | None) -> list[Marker]:
+    """The markers in one markers-topic record, in either format, in the order they apply."""
+    if not is_batch(data):
+        return [decode(data)]
+    assert data is not None
+    return list(decode_batch(data).markers())

@@ -1,34 +1,59 @@
 """The in-flight messages of one markers partition, in three structures kept in step.
 
-- ``in_progress``: message id → InFlight (the Start marker's payload, held once);
-- ``by_offset``: the marker offsets of in-flight Starts (SortedList), whose first is the offset to commit;
-- ``by_deadline``: message id → deadline ms (heapdict), whose top is the next message to redeliver.
+- ``in_progress``: message id → InFlight (what to redeliver: the Start's payload and metadata, held once);
+- ``deadlines``: message id → deadline ms, for messages waiting on their deadline, with a heap of
+  (deadline, sequence, id) whose stale entries (a keep-alive moved the deadline) are skipped when they surface;
+- the marker offsets holding in-flight Starts, counted per offset (a kmq batch record holds many Starts) with a
+  heap of offsets: the smallest one still counted is the offset to commit.
 
-Lifecycle of a message: Start inserts it in all three; KeepAlive moves its deadline; ``take_expired`` removes
-it from ``by_deadline`` only (it is being redelivered: still in flight, still pinning the committed offset);
-End removes it from all three. Pure: no Kafka, no clock of its own.
+Lifecycle of a message: Start enters all three; KeepAlive moves its deadline; ``take_expired`` removes it from
+``deadlines`` only (it is being redelivered: still in flight, still pinning the committed offset); End removes it
+from all three. Pure: no Kafka, no clock of its own.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from heapdict import heapdict
-from sortedcontainers import SortedList
+from kmq.markers import Headers, Marker, MarkerType, MessageId
 
-from kmq.markers import Marker, MarkerType, MessageId
+#: Stale heap entries tolerated per live deadline before the heap is rebuilt.
+COMPACT_FACTOR = 2
 
 
 @dataclass(slots=True)
 class InFlight:
-    """A started, not yet ended message; ``start`` holds the payload to redeliver."""
+    """A started, not yet ended message: the Start's payload and metadata, and its deadline."""
 
-    start: Marker
+    message_id: MessageId
+    key: bytes
+    value: bytes
+    headers: Headers
+    #: 0 when a kafka-mq-go consumer wrote the Start (unknown: treated as 1).
+    delivery_count: int
+    first_message_id: MessageId | None
+    enqueued_at_ms: int
     marker_offset: int
     start_timestamp_ms: int
     deadline_ms: int
+
+    @property
+    def queue(self) -> str:
+        return self.key.decode("utf-8", "replace")
+
+    @property
+    def origin_id(self) -> MessageId:
+        """The first delivery's message id, which links redelivered copies to the original."""
+        return self.first_message_id or self.message_id
+
+
+#: What a Start carries into the state: id, payload, headers, delivery count, first id, enqueued-at.
+StartEntry = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
 
 
 @dataclass(slots=True)
@@ -37,70 +62,100 @@ class PartitionState:
 
     partition: int
     in_progress: dict[MessageId, InFlight] = field(default_factory=dict)
-    by_offset: SortedList = field(default_factory=SortedList)
-    by_deadline: heapdict = field(default_factory=heapdict)
+    deadlines: dict[MessageId, int] = field(default_factory=dict)
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
     stats: Counter[str] = field(default_factory=Counter)
+    _deadline_heap: list[tuple[int, int, MessageId]] = field(default_factory=list)
+    _sequence: itertools.count[int] = field(default_factory=itertools.count)
+    _starts_at: dict[int, int] = field(default_factory=dict)
+    _offset_heap: list[int] = field(default_factory=list)
 
     def apply(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
-        """Folds one marker record (its offset and log timestamp) into the state."""
+        """Folds one marker (from the record at ``offset`` with log time ``timestamp_ms``) into the state."""
         self.next_offset = max(self.next_offset, offset + 1)
         if marker.type is MarkerType.START:
-            self._start(offset, timestamp_ms, marker)
+            self.start(offset, timestamp_ms, marker.key, marker.redeliver_after_ms,
+                       [(marker.message_id, marker.value, marker.headers, marker.delivery_count,
+                         marker.first_message_id, marker.enqueued_at_ms)])
         elif marker.type is MarkerType.KEEPALIVE:
-            self._keep_alive(timestamp_ms, marker)
+            self.keep_alive(timestamp_ms + marker.redeliver_after_ms, (marker.message_id,))
         else:
-            self._end(marker.message_id)
+            self.end((marker.message_id,))
 
-    def _start(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
-        known = self.in_progress.get(marker.message_id)
-        if known is None:
-            deadline = timestamp_ms + marker.redeliver_after_ms
-            self.in_progress[marker.message_id] = InFlight(marker, offset, timestamp_ms, deadline)
-            self.by_offset.add(offset)
-            self.by_deadline[marker.message_id] = deadline
-        elif marker.message_id in self.by_deadline:
-            # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
-            self._move_deadline(known, timestamp_ms + marker.redeliver_after_ms)
-            self.stats["duplicate_start"] += 1
-        else:
-            self.stats["start_while_redelivering"] += 1
+    def start(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int,
+              entries: Iterable[StartEntry]) -> None:
+        """Starts of one record: each enters the state, or refreshes the deadline of a known one."""
+        self.next_offset = max(self.next_offset, offset + 1)
+        deadline = timestamp_ms + redeliver_after_ms
+        in_progress, deadlines = self.in_progress, self.deadlines
+        added = 0
+        for message_id, value, headers, count, first, enqueued in entries:
+            if message_id not in in_progress:
+                in_progress[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
+                                                   offset, timestamp_ms, deadline)
+                self._set_deadline(message_id, deadline)
+                added += 1
+            elif message_id in deadlines:
+                # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
+                in_progress[message_id].deadline_ms = deadline
+                self._set_deadline(message_id, deadline)
+                self.stats["duplicate_start"] += 1
+            else:
+                self.stats["start_while_redelivering"] += 1
+        if added:
+            if offset not in self._starts_at:
+                heapq.heappush(self._offset_heap, offset)
+            self._starts_at[offset] = self._starts_at.get(offset, 0) + added
 
-    def _keep_alive(self, timestamp_ms: int, marker: Marker) -> None:
-        known = self.in_progress.get(marker.message_id)
-        if known is None:
-            self.stats["unknown_keepalive"] += 1
-        elif marker.message_id not in self.by_deadline:
-            self.stats["keepalive_while_redelivering"] += 1
-        else:
-            self._move_deadline(known, timestamp_ms + marker.redeliver_after_ms)
+    def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId]) -> None:
+        for message_id in message_ids:
+            known = self.in_progress.get(message_id)
+            if known is None:
+                self.stats["unknown_keepalive"] += 1
+            elif message_id not in self.deadlines:
+                self.stats["keepalive_while_redelivering"] += 1
+            else:
+                known.deadline_ms = deadline_ms
+                self._set_deadline(message_id, deadline_ms)
 
-    def _move_deadline(self, known: InFlight, deadline_ms: int) -> None:
-        known.deadline_ms = deadline_ms
-        self.by_deadline[known.start.message_id] = deadline_ms
+    def end(self, message_ids: Iterable[MessageId]) -> None:
+        for message_id in message_ids:
+            known = self.in_progress.pop(message_id, None)
+            if known is None:
+                self.stats["unknown_end"] += 1
+                continue
+            self.deadlines.pop(message_id, None)
+            left = self._starts_at[known.marker_offset] - 1
+            if left:
+                self._starts_at[known.marker_offset] = left
+            else:
+                del self._starts_at[known.marker_offset]
 
-    def _end(self, message_id: MessageId) -> None:
-        known = self.in_progress.pop(message_id, None)
-        if known is None:
-            self.stats["unknown_end"] += 1
-            return
-        self.by_offset.remove(known.marker_offset)
-        self.by_deadline.pop(message_id, None)
+    def _set_deadline(self, message_id: MessageId, deadline_ms: int) -> None:
+        self.deadlines[message_id] = deadline_ms
+        heapq.heappush(self._deadline_heap, (deadline_ms, next(self._sequence), message_id))
+        if len(self._deadline_heap) > COMPACT_FACTOR * len(self.deadlines) + 1000:
+            self._deadline_heap = [(d, next(self._sequence), m) for m, d in self.deadlines.items()]
+            heapq.heapify(self._deadline_heap)
 
     def take_expired(self, now_ms: int) -> list[InFlight]:
         """Removes and returns, in deadline order, every message whose deadline is strictly before ``now_ms``."""
         expired: list[InFlight] = []
-        while self.by_deadline and self.by_deadline.peekitem()[1] < now_ms:
-            message_id, _ = self.by_deadline.popitem()
-            expired.append(self.in_progress[message_id])
+        heap, deadlines = self._deadline_heap, self.deadlines
+        while heap and heap[0][0] < now_ms:
+            deadline, _, message_id = heapq.heappop(heap)
+            if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
+                del deadlines[message_id]
+                expired.append(self.in_progress[message_id])
         return expired
 
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
-        if self.by_offset:
-            return int(self.by_offset[0])
-        return self.next_offset
+        heap = self._offset_heap
+        while heap and heap[0] not in self._starts_at:
+            heapq.heappop(heap)
+        return heap[0] if heap else self.next_offset
 
     def __len__(self) -> int:
         return len(self.in_progress)
@@ -109,6 +164,6 @@ class PartitionState:
         """Queue → (in flight, oldest Start timestamp ms)."""
         out: dict[str, tuple[int, int]] = {}
         for item in self.in_progress.values():
-            count, oldest = out.get(item.start.queue, (0, sys.maxsize))
-            out[item.start.queue] = (count + 1, min(oldest, item.start_timestamp_ms))
+            count, oldest = out.get(item.queue, (0, sys.maxsize))
+            out[item.queue] = (count + 1, min(oldest, item.start_timestamp_ms))
         return out

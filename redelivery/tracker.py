@@ -9,33 +9,32 @@ gate). An expired message is produced again to the messages topic (or the dead-l
 
 from __future__ import annotations
 
-import queue as stdqueue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from kmq import _kafka
 from kmq._kafka import PolledProducer
+from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
 from kmq.errors import MarkerDecodeError
-from kmq.marker_batch import decode_record
-from kmq.markers import EndReason, Marker, MarkerType, encode
+from kmq.marker_batch import decode_batch, is_batch
+from kmq.markers import decode
 from redelivery.clock import DeadlineClock, Monotonic
 from redelivery.metrics import TrackerMetrics
-from redelivery.partition_state import InFlight, PartitionState
+from redelivery.partition_state import PartitionState
+from redelivery.redeliverer import Attempt, Redeliverer
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 BATCH = 1000
 POLL_S = 0.05
 METRICS_INTERVAL_S = 5.0
-RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 @dataclass(slots=True)
@@ -48,18 +47,6 @@ class Partition:
     markers_read: int = 0
 
 
-@dataclass(slots=True)
-class Attempt:
-    """One redelivery in progress: the item, how often it failed, and when to try again."""
-
-    partition: int
-    item: InFlight
-    dead_letter: bool
-    failures: int = 0
-    due: float = 0.0
-    copy_done: bool = False
-
-
 class RedeliveryTracker:
     """One tracker replica. ``run()`` loops until ``stop()``; the loop thread owns all partition state."""
 
@@ -69,18 +56,16 @@ class RedeliveryTracker:
         self.metrics = metrics or TrackerMetrics()
         self._monotonic = monotonic
         self._partitions: dict[int, Partition] = {}
-        self._retries: deque[Attempt] = deque()
-        self._completions: stdqueue.SimpleQueue[tuple[Attempt, str | None]] = stdqueue.SimpleQueue()
-        self._outstanding = 0
         self._stop = threading.Event()
-        self._handled_since_commit = 0
-        self._last_commit = monotonic()
+        self._commits = CommitPolicy(config.num_offsets_per_commit, config.tracker_commit_interval_ms / 1000,
+                                     monotonic)
         self._last_publish = 0.0
         #: Scanning the state for per-queue gauges costs time: only when someone scrapes them.
         self.publish_metrics = config.metrics_port > 0
         self._sender = PolledProducer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender")
         self._markers = PolledProducer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
                                        "tracker-markers")
+        self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
         self._consumer = KafkaConsumer({
             **_kafka.consumer_settings(config.replace(client_id=""), _kafka.TRACKER_GROUP, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -110,10 +95,10 @@ class RedeliveryTracker:
         for record in self._consumer.consume(BATCH, POLL_S):
             self._handle(record)
         self._check_caught_up()
-        self._finish_completions()
         self._fire_expired()
-        self._fire_retries()
-        self._maybe_commit()
+        self._redeliverer.poll(self._partitions.__contains__)
+        if self._commits.due():
+            self._commit(list(self._partitions))
         self._maybe_publish_metrics()
 
     def _handle(self, record: KafkaMessage) -> None:
@@ -130,16 +115,23 @@ class RedeliveryTracker:
         timestamp_ms = _kafka.record_timestamp_ms(record)
         part.markers_read += 1
         part.clock.observe(timestamp_ms)
+        state = part.state
+        value = record.value()
         try:
-            markers = decode_record(record.value())
+            if is_batch(value):
+                batch = decode_batch(value)  # type: ignore[arg-type]
+                state.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts())
+                state.keep_alive(timestamp_ms + batch.redeliver_after_ms, batch.keep_alives())
+                for marker in batch.settles():
+                    state.apply(offset, timestamp_ms, marker)
+                state.end(batch.acks())
+            else:
+                state.apply(offset, timestamp_ms, decode(value))
         except MarkerDecodeError as bad:
-            part.state.next_offset = max(part.state.next_offset, offset + 1)
             self.metrics.malformed.inc()
-            log.warning("malformed_marker", partition=part.state.partition, offset=offset, reason=bad.reason)
-            return
-        for marker in markers:
-            part.state.apply(offset, timestamp_ms, marker)
-        self._handled_since_commit += 1
+            log.warning("malformed_marker", partition=state.partition, offset=offset, reason=bad.reason)
+        state.next_offset = max(state.next_offset, offset + 1)
+        self._commits.note(1)
 
     def _check_caught_up(self) -> None:
         for p, part in self._partitions.items():
@@ -162,113 +154,30 @@ class RedeliveryTracker:
             if now_ms is None:
                 continue
             for item in part.state.take_expired(now_ms):
-                count = item.start.delivery_count or 1
-                dead = 0 < self.config.max_deliveries <= count
-                self._send(Attempt(p, item, dead))
-
-    def _fire_retries(self) -> None:
-        now = self._monotonic()
-        for _ in range(len(self._retries)):
-            attempt = self._retries.popleft()
-            if attempt.partition not in self._partitions:
-                continue  # revoked: the new owner replays the Start and redelivers it
-            if attempt.due > now:
-                self._retries.append(attempt)
-            elif attempt.copy_done:
-                self._send_end(attempt)
-            else:
-                self._send(attempt)
-
-    def _send(self, attempt: Attempt) -> None:
-        start = attempt.item.start
-        topic = self.config.dlq_topic if attempt.dead_letter else self.config.message_topic
-        headers = [*start.headers, *self._kmq_headers(attempt)]
-        self._outstanding += 1
-        producer = self._markers if attempt.dead_letter else self._sender  # DLQ keyed by queue, like markers
-        try:
-            producer.produce(topic, start.value, start.key, headers,
-                             on_done=lambda err, _rec: self._completions.put((attempt, _err_text(err))))
-        except Exception as err:  # noqa: BLE001 - retried like a failed delivery
-            self._outstanding -= 1
-            self._retry(attempt, str(err))
-
-    def _kmq_headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
-        start, item = attempt.item.start, attempt.item
-        count = (start.delivery_count or 1) + (0 if attempt.dead_letter else 1)
-        headers = [
-            (_kafka.HEADER_DELIVERY_COUNT, str(count).encode()),
-            (_kafka.HEADER_FIRST_ID, str(start.origin_id).encode()),
-            (_kafka.HEADER_ENQUEUED_AT, str(start.enqueued_at_ms or item.start_timestamp_ms).encode()),
-        ]
-        if attempt.dead_letter:
-            reason = f"max deliveries ({self.config.max_deliveries}) reached"
-            headers += [(_kafka.HEADER_DLQ_REASON, reason.encode()), (_kafka.HEADER_DLQ_QUEUE, start.key)]
-        return headers
-
-    def _send_end(self, attempt: Attempt) -> None:
-        reason = EndReason.DEAD_LETTERED if attempt.dead_letter else EndReason.REDELIVERED
-        end = Marker(MarkerType.END, attempt.item.start.message_id, end_reason=reason,
-                     client_id="kmq-redelivery-tracker")
-        self._outstanding += 1
-        try:
-            self._markers.produce(self.config.marker_topic, encode(end), attempt.item.start.key,
-                                  on_done=lambda err, _rec: self._completions.put((attempt, _err_text(err))))
-        except Exception as err:  # noqa: BLE001
-            self._outstanding -= 1
-            self._retry(attempt, str(err))
-
-    def _finish_completions(self) -> None:
-        while True:
-            try:
-                attempt, error = self._completions.get_nowait()
-            except stdqueue.Empty:
-                return
-            self._outstanding -= 1
-            if error is not None:
-                self._retry(attempt, error)
-            elif not attempt.copy_done:
-                attempt.copy_done = True
-                self._record_redelivery(attempt)
-                self._send_end(attempt)
-            # else: the End is written; reading it back removes the message from the state.
+                dead = 0 < self.config.max_deliveries <= (item.delivery_count or 1)
+                self._redeliverer.submit(Attempt(p, item, dead))
 
     def _record_redelivery(self, attempt: Attempt) -> None:
-        start = attempt.item.start
+        item = attempt.item
         lag_s = self._redelivery_lag_s(attempt)
-        (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(start.queue).inc()
+        (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(item.queue).inc()
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
-        log.info("dead_lettered" if attempt.dead_letter else "redelivered", queue=start.queue,
-                 message_id=str(start.message_id), first_message_id=str(start.origin_id),
-                 delivery_count=(start.delivery_count or 1) + (0 if attempt.dead_letter else 1),
-                 lag_ms=None if lag_s is None else round(lag_s * 1000))
+        log.info("dead_lettered" if attempt.dead_letter else "redelivered", queue=item.queue,
+                 message_id=str(item.message_id), first_message_id=str(item.origin_id),
+                 delivery_count=attempt.delivery_count, lag_ms=None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:
         part = self._partitions.get(attempt.partition)
         now_ms = part.clock.now_ms() if part else None
         return None if now_ms is None else max(0.0, (now_ms - attempt.item.deadline_ms) / 1000)
 
-    def _retry(self, attempt: Attempt, error: str) -> None:
-        attempt.failures += 1
-        delay = RETRY_BACKOFF_S[min(attempt.failures, len(RETRY_BACKOFF_S)) - 1]
-        attempt.due = self._monotonic() + delay
-        self._retries.append(attempt)
-        log.warning("redelivery_retry", queue=attempt.item.start.queue, message_id=str(attempt.item.start.message_id),
-                    step="end" if attempt.copy_done else "copy", failures=attempt.failures, error=error)
-
     # --- commits and rebalances -------------------------------------------------------------------------
-
-    def _maybe_commit(self, force: bool = False) -> None:
-        due = self._monotonic() - self._last_commit >= self.config.tracker_commit_interval_ms / 1000
-        if not (force or due or self._handled_since_commit >= self.config.num_offsets_per_commit):
-            return
-        self._commit(list(self._partitions))
 
     def _commit(self, partitions: list[int]) -> None:
         offsets = [TopicPartition(self.config.marker_topic, p, self._partitions[p].state.commit_offset())
                    for p in partitions if p in self._partitions and self._partitions[p].caught_up]
-        self._handled_since_commit = 0
-        self._last_commit = self._monotonic()
+        self._commits.committed()
         if not offsets:
             return
         try:
@@ -305,15 +214,15 @@ class RedeliveryTracker:
     def _shutdown(self, timeout_s: float = 20.0) -> None:
         deadline = self._monotonic() + timeout_s
         # Finish what is under way: copies produced get their End, so the next owner does not resend them.
-        while (self._outstanding or any(a.copy_done for a in self._retries)) and self._monotonic() < deadline:
-            self._finish_completions()
-            self._fire_retries()
+        redeliverer = self._redeliverer
+        while (redeliverer.outstanding or redeliverer.copies_awaiting_end) and self._monotonic() < deadline:
+            redeliverer.poll(self._partitions.__contains__)
             time.sleep(0.02)
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._partitions))
         self._consumer.close()
-        log.info("tracker_stopped", unfinished=self._outstanding + len(self._retries))
+        log.info("tracker_stopped", unfinished=redeliverer.unfinished)
 
     # --- observability ------------------------------------------------------------------------------------
 
@@ -350,6 +259,3 @@ class RedeliveryTracker:
     def partitions(self) -> dict[int, Partition]:
         return self._partitions
 
-
-def _err_text(err: KafkaError | None) -> str | None:
-    return None if err is None else err.str()

@@ -92,6 +92,7 @@ class Produced:
     key: bytes | None
     on_done: Callable[[Any, Any], None] | None = None
     delivery: Delivery[MessageId] | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -102,7 +103,7 @@ class FakeProducer:
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
                 on_done: Callable[[Any, Any], None] | None = None) -> None:
-        self.records.append(Produced(topic, value, key, on_done))
+        self.records.append(Produced(topic, value, key, on_done, headers=list(headers or [])))
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kmq.marker_batch import decode_batch, decode_record, encode_settles, encode_starts
 from kmq.markers import Marker, MarkerType, MessageId
 from redelivery.partition_state import PartitionState
 
@@ -24,7 +28,7 @@ def test_three_starts_expire_in_deadline_order_and_the_oldest_pins_the_offset() 
     for offset, ts in ((0, 0), (2, 2000), (1, 1000)):
         state.apply(offset, ts, start(MessageId(0, offset)))
     assert state.take_expired(1000) == []
-    assert [i.start.message_id.offset for i in state.take_expired(3001)] == [0, 1, 2]
+    assert [i.message_id.offset for i in state.take_expired(3001)] == [0, 1, 2]
     assert state.commit_offset() == 0  # still in flight until the End comes back
     state.apply(3, 3001, marker(MarkerType.END, MessageId(0, 0)))
     assert state.commit_offset() == 1
@@ -53,7 +57,7 @@ def test_a_duplicate_start_refreshes_the_deadline_but_keeps_the_first_payload_an
     state.apply(5, 1000, Marker(MarkerType.START, MessageId(0, 1), 1000, b"q", b"other"))
     assert state.take_expired(1001) == []
     [item] = state.take_expired(2001)
-    assert (item.start.value, item.marker_offset, state.commit_offset()) == (b"payload-1", 0, 0)
+    assert (item.value, item.marker_offset, state.commit_offset()) == (b"payload-1", 0, 0)
 
 
 def test_a_start_for_a_message_being_redelivered_does_not_rearm_it() -> None:
@@ -62,6 +66,52 @@ def test_a_start_for_a_message_being_redelivered_does_not_rearm_it() -> None:
     assert len(state.take_expired(5000)) == 1
     state.apply(1, 5000, start(MessageId(0, 1)))
     assert state.take_expired(10**9) == [] and state.stats["start_while_redelivering"] == 1
+
+
+def test_a_batch_record_pins_its_offset_until_every_start_in_it_has_ended() -> None:
+    state = PartitionState(0)
+    state.start(7, 0, b"q", 1000, [(MessageId(0, i), b"p", (), 1, None, 0) for i in range(3)])
+    state.end([MessageId(0, 0), MessageId(0, 2)])
+    assert state.commit_offset() == 7
+    state.end([MessageId(0, 1)])
+    assert state.commit_offset() == 8 and len(state) == 0
+
+
+settles = st.lists(st.tuples(st.sampled_from(["keep_alive", "ack"]), IDS), max_size=12)
+
+
+@given(st.lists(IDS, min_size=1, max_size=8, unique=True), settles, st.integers(0, 5000))
+def test_folding_a_batch_record_equals_folding_its_markers_one_by_one(
+    ids: list[MessageId], ops: list[tuple[str, MessageId]], now_ms: int,
+) -> None:
+    starts = [Start(mid, b"p%d" % mid.offset) for mid in ids]
+    records = [encode_starts(b"q", 1000, starts),
+               encode_settles(b"q", 1000, keep_alives=[m for op, m in ops if op == "keep_alive"],
+                              acks=[m for op, m in ops if op == "ack"])]
+    batched, one_by_one = PartitionState(0), PartitionState(0)
+    for offset, value in enumerate(records):
+        batch = decode_batch(value)
+        batched.start(offset, offset * 100, batch.key, batch.redeliver_after_ms, batch.starts())
+        batched.keep_alive(offset * 100 + batch.redeliver_after_ms, batch.keep_alives())
+        batched.end(batch.acks())
+        for marker in decode_record(value):
+            one_by_one.apply(offset, offset * 100, marker)
+    assert batched.in_progress == one_by_one.in_progress
+    assert batched.commit_offset() == one_by_one.commit_offset()
+    assert batched.take_expired(now_ms) == one_by_one.take_expired(now_ms)
+
+
+@dataclass(frozen=True)
+class Start:
+    message_id: MessageId
+    payload: bytes
+    headers: dict[str, bytes] = field(default_factory=dict)
+    delivery_count: int = 1
+    enqueued_at_ms: int = 0
+
+    @property
+    def first_message_id(self) -> MessageId:
+        return self.message_id
 
 
 class PartitionStateMachine(RuleBasedStateMachine):
@@ -107,7 +157,7 @@ class PartitionStateMachine(RuleBasedStateMachine):
         now = self.now + advance
         taken = self.state.take_expired(now)
         expected = {m for m, (_, deadline, t) in self.model.items() if not t and int(deadline) < now}
-        assert {i.start.message_id for i in taken} == expected
+        assert {i.message_id for i in taken} == expected
         assert [i.deadline_ms for i in taken] == sorted(i.deadline_ms for i in taken)
         for mid in expected:
             self.model[mid][2] = True
@@ -115,8 +165,7 @@ class PartitionStateMachine(RuleBasedStateMachine):
     @invariant()
     def in_flight_set_matches(self) -> None:
         assert set(self.state.in_progress) == set(self.model)
-        assert set(self.state.by_deadline) == {m for m, v in self.model.items() if not v[2]}
-        assert len(self.state.by_offset) == len(self.model)
+        assert set(self.state.deadlines) == {m for m, v in self.model.items() if not v[2]}
 
     @invariant()
     def committed_offset_is_the_oldest_in_flight_start(self) -> None:

@@ -24,10 +24,10 @@ from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
-from kmq.errors import ConsumerClosedError, DeliveryError, KafkaClientError, KmqError, TopicError
+from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, TopicError
+from kmq.in_flight import InFlightMessages
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
-from kmq.markers import EndReason, MessageId
 from kmq.message import Message
 from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
 from kmq.start_pipeline import StartPipeline
@@ -57,17 +57,18 @@ class Consumer:
         self.rebalances = 0
         self._assigned: frozenset[int] = frozenset()
         self._last_client_warning = 0.0
-        # Message id → Message, from its Start until it is settled; popping an entry is what settles it.
-        self._in_flight: dict[MessageId, Message] = {}
         self._ready: deque[Message] = deque()
         self._ready_cond = threading.Condition()
         self._room_freed = threading.Event()
         self._waiting_for_room = False
+        self._wake_countdown = 0
+        self._quarter = max(1, min(config.receive_buffer_capacity, config.max_in_flight) // 4)
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = PolledProducer(
             _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
                                     client_id=config.client_id)
+        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
         self._kafka = KafkaConsumer({
             **_kafka.consumer_settings(config, _kafka.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
@@ -85,14 +86,12 @@ class Consumer:
                                   on_revoke=self._on_revoke, on_lost=self._on_lost)
         except BaseException:
             self._kafka.close()
+            self._in_flight.close()
             self._writer.close(0)
             self._producer.close(0)
             raise
         self._loop_thread = threading.Thread(target=self._loop, name=f"kmq-consumer-{queue}", daemon=True)
-        self._keep_alive_thread = threading.Thread(target=self._keep_alive_loop,
-                                                   name=f"kmq-keepalive-{queue}", daemon=True)
         self._loop_thread.start()
-        self._keep_alive_thread.start()
 
     # --- the worker's side --------------------------------------------------------------------------
 
@@ -128,8 +127,7 @@ class Consumer:
             except IndexError:
                 pass
             else:
-                if self._waiting_for_room:
-                    self._wake_loop()
+                self._wake_loop()
                 return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
@@ -187,8 +185,7 @@ class Consumer:
         with self._ready_cond:
             self._ready.clear()
             self._ready_cond.notify_all()
-        unsettled = list(self._in_flight)
-        self._in_flight.clear()
+        unsettled = self._in_flight.close()
         for message_id in unsettled:
             self._writer.release(message_id, 0)
         if unsettled:
@@ -199,7 +196,6 @@ class Consumer:
         if self._book and self._fatal is None:
             self._commit(self._book.pending())
         self._kafka.close()
-        self._keep_alive_thread.join()
 
     def __enter__(self) -> Consumer:
         return self
@@ -208,75 +204,16 @@ class Consumer:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    # --- Message's settle calls (any thread) ----------------------------------------------------------
-
-    def _ack(self, message: Message) -> None:
-        self._claim(message, "ack")
-        self._writer.ack(message.message_id)
-        if self._waiting_for_room:
-            self._wake_loop()
-
-    def _release(self, message: Message, delay_ms: int) -> None:
-        self._claim(message, "release")
-        self._writer.release(message.message_id, delay_ms)
-        self._wake_loop()
-
-    def _reject(self, message: Message, reason: str) -> None:
-        self._claim(message, "reject")
-        headers = [*message.headers.items(), *_kafka_headers(message),
-                   (_kafka.HEADER_DLQ_REASON, (reason or "rejected").encode()),
-                   (_kafka.HEADER_DLQ_QUEUE, self._key)]
-        try:
-            self._producer.produce_future(self._config.dlq_topic, message.payload, self._key, headers).result(
-                self._config.connect_timeout_ms / 1000 + 20)
-        except Exception as err:
-            if not self._closed:  # unsettled again, so the caller may retry
-                message._settled_as = ""
-                self._in_flight[message.message_id] = message
-            raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {self._queue!r} "
-                                f"to {self._config.dlq_topic!r}: {err}") from err
-        self._writer.end(message.message_id, EndReason.REJECTED, reason)
-        self._wake_loop()
-
-    def _keep_alive(self, message: Message) -> None:
-        if self._in_flight.get(message.message_id) is not message:
-            raise self._unsettleable(message, "keep alive")
-        message._next_keep_alive = time.monotonic() + self._config.keep_alive_interval_ms / 1000
-        self._writer.keep_alive(message.message_id)
-
-    def _claim(self, message: Message, how: str) -> None:
-        """Takes ``message`` out of the in-flight table: a dict pop is atomic, so exactly one settle wins."""
-        owner = self._in_flight.pop(message.message_id, None)
-        if owner is message:
-            message._settled_as = how
-            return
-        if owner is not None:  # a later delivery of the same record: not this handle's to settle
-            self._in_flight[message.message_id] = owner
-        raise self._unsettleable(message, how)
-
-    def _unsettleable(self, message: Message, how: str) -> KmqError:
-        if self._closed and not message.settled:
-            return ConsumerClosedError(f"cannot {how} message {message.message_id}: the consumer of queue "
-                                       f"{self._queue!r} is closed (it was released for redelivery)")
-        return message._already_settled(how)
+    # --- the settle side wakes the loop ------------------------------------------------------------------
 
     def _wake_loop(self) -> None:
-        # Event.set takes a condition lock: pay for it only when the loop waits and the room it waits for is there
-        # (a quarter of the buffer), not once per message.
-        if self._waiting_for_room and self._usable_room() > 0:
-            self._room_freed.set()
-
-    # --- background: keep-alive (every message in flight, handed out or not) -------------------------------
-
-    def _keep_alive_loop(self) -> None:
-        interval_s = self._config.keep_alive_interval_ms / 1000
-        tick_s = max(0.01, min(interval_s / 5, 1.0))
-        while not self._stop.wait(tick_s):
-            now = time.monotonic()
-            for msg in list(self._in_flight.values()):  # list() of a dict is atomic under the GIL
-                if msg._next_keep_alive <= now:
-                    msg._next_keep_alive = now + interval_s
-                    self._writer.keep_alive(msg.message_id)
+        """After a receive or a settle: wakes the loop once enough room is free (a quarter of the buffer), not
+        once per message, and without computing the room here (this runs once or twice per message)."""
+        if self._waiting_for_room:
+            self._wake_countdown -= 1  # not atomic: a lost decrement only makes the loop wait for its timeout
+            if self._wake_countdown <= 0:
+                self._waiting_for_room = False  # one set() is enough; the next callers skip it
+                self._room_freed.set()
 
     # --- background: the poll loop (owns the Kafka consumer) --------------------------------------------
 
@@ -322,13 +259,13 @@ class Consumer:
         room = self._room()
         # A Start batch and a commit cost the same for 1 record or 100: while the workers still have buffered
         # messages to get through, wait for a quarter of the room instead of Starting records one by one.
-        limit = min(self._config.receive_buffer_capacity, self._config.max_in_flight)
-        if 0 < room < max(1, limit // 4) and self._ready:
+        if 0 < room < self._quarter and self._ready:
             return 0
         return room
 
     def _wait_for_room(self) -> None:
-        # Full: sleep until a message is settled, but still poll (the group must not evict us).
+        # Full: sleep until messages are received or settled, but still poll (the group must not evict us).
+        self._wake_countdown = self._quarter - max(0, self._room())
         self._waiting_for_room = True
         if self._usable_room() <= 0:  # re-check: a settle before the flag was set would not wake us
             self._room_freed.wait(0.1)
@@ -336,7 +273,7 @@ class Consumer:
         self._room_freed.clear()
 
     def _to_message(self, record: Record) -> Message:
-        return _kafka.to_message(record, self._queue, self,  # type: ignore[arg-type]
+        return _kafka.to_message(record, self._queue, self._in_flight,  # type: ignore[arg-type]
                                  time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:
@@ -408,12 +345,6 @@ class Consumer:
         info = meta.topics.get(topic)
         if info is None or info.error is not None:
             raise TopicError(f"message topic {topic!r} does not exist: create it with `kmq topics create`")
-
-
-def _kafka_headers(message: Message) -> list[tuple[str, bytes]]:
-    return [(_kafka.HEADER_DELIVERY_COUNT, str(message.delivery_count).encode()),
-            (_kafka.HEADER_FIRST_ID, str(message.first_message_id).encode()),
-            (_kafka.HEADER_ENQUEUED_AT, str(message.enqueued_at_ms).encode())]
 
 
 def _fatal_error(err: KafkaError, config: Config, queue: str) -> KafkaClientError:

@@ -9,6 +9,7 @@ acks, so a keep-alive that raced with a settle of the same message never outlive
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -18,8 +19,9 @@ import structlog
 
 from kmq._kafka import Delivery
 from kmq.config import MARKER_FORMAT_KMQ, Config
+from kmq.errors import DeliveryError
 from kmq.marker_batch import Startable, encode_settles, encode_starts, start_size
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, encode
+from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, encode, encode_end, encode_keep_alive
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -71,9 +73,10 @@ class MarkerWriter:
 
     def start(self, messages: Sequence[Startable]) -> list[Delivery[MessageId]]:
         """Writes the Starts of ``messages``; the batch may be handed out once every Delivery succeeded."""
+        if not messages:
+            return []
         if not self._batched:
-            return [self._producer.produce_future(self._topic, encode(self._start_marker(m)), self._key)
-                    for m in messages]
+            return [self._write_plain_starts(messages)]
         deliveries = []
         chunk: list[Startable] = []
         size = 0
@@ -92,6 +95,24 @@ class MarkerWriter:
         value = encode_starts(self._key, self._after_ms, chunk, client_id=self._client_id,
                               instance_id=self._instance_id)
         return self._producer.produce_future(self._topic, value, self._key)
+
+    def _write_plain_starts(self, messages: Sequence[Startable]) -> Delivery[MessageId]:
+        """One record per Start, one Delivery for them all: done when the last is, failed if any failed."""
+        delivery: Delivery[MessageId] = Delivery()
+        reported = itertools.count(1)  # next() is atomic: callbacks may run on the poll thread and in flush()
+        errors: list[BaseException] = []
+        total = len(messages)
+
+        def done(err: Any, _record: Any) -> None:
+            if err is not None:
+                errors.append(DeliveryError(f"delivery to {self._topic} failed: {err.str()}",
+                                            retriable=err.retriable(), code=err.code()))
+            if next(reported) == total:
+                delivery._set(None, errors[0] if errors else None)
+
+        for message in messages:
+            self._producer.produce(self._topic, encode(self._start_marker(message)), self._key, on_done=done)
+        return delivery
 
     def _start_marker(self, m: Startable) -> Marker:
         return Marker(MarkerType.START, m.message_id, self._after_ms, self._key, m.payload,
@@ -145,10 +166,14 @@ class MarkerWriter:
                 return
             if self._batched:
                 self._write_batches(keep_alives, others, acks)
-            else:
-                for marker in [*(Marker(MarkerType.KEEPALIVE, m, self._after_ms) for m in keep_alives), *others,
-                               *(Marker(MarkerType.END, m) for m in acks)]:
-                    self._produce(encode(marker), 1)
+                return
+            produce, topic, key, done = self._producer.produce, self._topic, self._key, self._one_delivered
+            for message_id in keep_alives:
+                produce(topic, encode_keep_alive(message_id, self._after_ms), key, on_done=done)
+            for marker in others:
+                produce(topic, encode(marker), key, on_done=done)
+            for message_id in acks:
+                produce(topic, encode_end(message_id), key, on_done=done)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD
@@ -157,6 +182,11 @@ class MarkerWriter:
             value = encode_settles(self._key, self._after_ms, keep_alives=part_k, acks=part_a, others=part_o,
                                    client_id=self._client_id, instance_id=self._instance_id)
             self._produce(value, len(part_k) + len(part_o) + len(part_a))
+
+    def _one_delivered(self, err: Any, _record: Any) -> None:
+        if err is not None:
+            self.undelivered += 1
+            log.error("markers_not_delivered", queue=self._key.decode(errors="replace"), markers=1, error=err.str())
 
     def _produce(self, value: bytes, count: int) -> None:
         def done(err: Any, _record: Any) -> None:

@@ -105,6 +105,19 @@ def encode(marker: Marker) -> bytes:
     return msg.SerializeToString()
 
 
+def encode_end(message_id: MessageId) -> bytes:
+    """``encode(Marker(END, message_id))`` without building a Marker: a consumer writes one per ack."""
+    return pb.Marker(type=pb.Marker.END, message_id=pb.MessageID(partition=message_id.partition,
+                                                                  offset=message_id.offset)).SerializeToString()
+
+
+def encode_keep_alive(message_id: MessageId, redeliver_after_ms: int) -> bytes:
+    """``encode(Marker(KEEPALIVE, message_id, redeliver_after_ms))`` without building a Marker."""
+    return pb.Marker(type=pb.Marker.KEEPALIVE, redeliver_after_ms=redeliver_after_ms,
+                     message_id=pb.MessageID(partition=message_id.partition,
+                                             offset=message_id.offset)).SerializeToString()
+
+
 def decode(data: bytes | None) -> Marker:
     """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
     if not data:

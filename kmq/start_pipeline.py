@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -31,6 +32,13 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 DEPTH = 2
 
 
+class InFlightTable(Protocol):
+    """Where Started messages are kept alive until settled (kmq.in_flight.InFlightMessages)."""
+
+    def add(self, message: Message) -> None: ...
+    def discard(self, message_id: MessageId) -> None: ...
+
+
 @dataclass(slots=True)
 class StartBatch:
     records: list[Record]
@@ -44,7 +52,7 @@ class StartPipeline:
     """Batches between "taken from the intake" and "handed out". Loop thread only."""
 
     def __init__(self, *, key: bytes, intake: Intake, writer: MarkerWriter, book: OffsetBook,
-                 in_flight: dict[MessageId, Message], to_message: Callable[[Record], Message],
+                 in_flight: InFlightTable, to_message: Callable[[Record], Message],
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float) -> None:
         self._key = key
@@ -81,7 +89,7 @@ class StartPipeline:
             return
         messages = [self._to_message(r) for r in own]
         for message in messages:
-            self._in_flight[message.message_id] = message
+            self._in_flight.add(message)
         deliveries = self._writer.start(messages) if messages else []
         self._batches.append(StartBatch(records, messages, offsets, deliveries))
         self.waiting += len(messages)
@@ -122,7 +130,7 @@ class StartPipeline:
         records = [r for batch in self._batches for r in batch.records]
         for batch in self._batches:
             for message in batch.messages:
-                self._in_flight.pop(message.message_id, None)
+                self._in_flight.discard(message.message_id)
         self._batches.clear()
         self.waiting = 0
         self._book.rewind(_first_offsets(records))

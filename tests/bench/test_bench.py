@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.bench.results import Case, markdown, percentiles, write
 from tests.bench.tracker_probe import TrackerProbe
 from tests.helpers import ROOT, env_for
 from tests.markers_io import read_topic
+from tests.unit.fakes import FakeStart
 
 QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
 N_PRODUCE = 20_000 if QUICK else 100_000
@@ -226,7 +226,7 @@ def _write_starts(config: Config, n: int, marker_format: str) -> None:
     for first in range(0, n, per_record):
         ids = [MessageId(i % PARTITIONS, i) for i in range(first, min(n, first + per_record))]
         if marker_format == "kmq":
-            value = encode_starts(b"bench", 3_600_000, [_Start(mid, payload) for mid in ids])
+            value = encode_starts(b"bench", 3_600_000, [FakeStart(mid, payload) for mid in ids])
         else:
             value = encode(Marker(MarkerType.START, ids[0], 3_600_000, b"bench", payload))
         while True:
@@ -236,19 +236,6 @@ def _write_starts(config: Config, n: int, marker_format: str) -> None:
             except BufferError:
                 producer.poll(0.05)
     producer.flush(300)
-
-
-@dataclass(frozen=True)
-class _Start:
-    message_id: MessageId
-    payload: bytes
-    headers: dict[str, bytes] = field(default_factory=dict)
-    delivery_count: int = 1
-    enqueued_at_ms: int = 0
-
-    @property
-    def first_message_id(self) -> MessageId:
-        return self.message_id
 
 
 def _tracker_rebuild(config: Config, n: int) -> tuple[int, float]:

@@ -17,6 +17,7 @@ from kmq.offset_book import CommitOutcome
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n, tracker_thread
 from tests.markers_io import read_markers, read_topic, wait_for
+from tests.unit.fakes import FakeStart
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,7 +68,7 @@ def test_a_tracker_rebuilds_from_a_partition_holding_both_formats_and_redelivers
     for mid in go:
         start = Marker(MarkerType.START, mid, 500, b"mixed", b"go-%d" % mid.offset)
         producer.produce(config.marker_topic, encode(start), b"mixed")
-    batch = encode_starts(b"mixed", 500, [_Start(m, b"kmq-%d" % m.offset) for m in ours])
+    batch = encode_starts(b"mixed", 500, [FakeStart(m, b"kmq-%d" % m.offset) for m in ours])
     producer.produce(config.marker_topic, batch, b"mixed")
     producer.produce(config.marker_topic, encode(Marker(MarkerType.END, go[0])), b"mixed")
     producer.produce(config.marker_topic, encode_settles(b"mixed", 500, acks=[go[1], ours[0], ours[1]],
@@ -104,8 +105,3 @@ def test_receive_many_hands_out_up_to_the_limit_and_an_empty_list_after_the_time
             consumer.receive_many(0)
     assert sorted(got) == sorted(b"%d" % i for i in range(30))
 
-
-class _Start:
-    def __init__(self, message_id: MessageId, payload: bytes) -> None:
-        self.message_id, self.payload, self.headers = message_id, payload, {}
-        self.delivery_count, self.first_message_id, self.enqueued_at_ms = 1, message_id, 0

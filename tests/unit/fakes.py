@@ -41,6 +41,22 @@ class FakeRecord:
 
 
 @dataclass(frozen=True)
+class FakeStart:
+    """What a Message gives a Start entry (a marker_batch.Startable), for codec, writer and tracker tests."""
+
+    message_id: MessageId
+    payload: bytes
+    headers: dict[str, bytes] = field(default_factory=dict)
+    delivery_count: int = 1
+    first: MessageId | None = None
+    enqueued_at_ms: int = 0
+
+    @property
+    def first_message_id(self) -> MessageId:
+        return self.first or self.message_id
+
+
+@dataclass(frozen=True)
 class Part:
     topic: str
     partition: int

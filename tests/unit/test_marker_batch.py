@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 
 import pytest
 from google.protobuf.message import DecodeError
@@ -14,22 +13,12 @@ from kmq.errors import MarkerDecodeError
 from kmq.marker_batch import BATCH_PREFIX, decode_record, encode_settles, encode_starts, is_batch
 from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode, encode
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
+from tests.unit.fakes import FakeStart
 from tests.unit.test_markers import markers, message_ids
 
-
-@dataclass(frozen=True)
-class Start:
-    message_id: MessageId
-    payload: bytes
-    headers: dict[str, bytes] = field(default_factory=dict)
-    delivery_count: int = 1
-    first_message_id: MessageId = field(default_factory=lambda: MessageId(0, 0))
-    enqueued_at_ms: int = 0
-
-
-starts = st.builds(Start, message_id=message_ids, payload=st.binary(max_size=100),
+starts = st.builds(FakeStart, message_id=message_ids, payload=st.binary(max_size=100),
                    headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=3),
-                   delivery_count=st.integers(1, 2**32 - 1), first_message_id=message_ids,
+                   delivery_count=st.integers(1, 2**32 - 1), first=message_ids,
                    enqueued_at_ms=st.integers(0, 2**62))
 keys = st.binary(min_size=1, max_size=20)
 afters = st.integers(0, 2**63)
@@ -37,7 +26,7 @@ afters = st.integers(0, 2**63)
 
 @given(keys, afters, st.lists(starts, min_size=1, max_size=20), st.text(max_size=10))
 def test_a_start_batch_decodes_to_the_starts_a_per_message_consumer_would_write(
-    key: bytes, after: int, batch: list[Start], client_id: str,
+    key: bytes, after: int, batch: list[FakeStart], client_id: str,
 ) -> None:
     decoded = decode_record(encode_starts(key, after, batch, client_id=client_id))
     assert decoded == [
@@ -75,7 +64,7 @@ def test_no_per_message_marker_is_taken_for_a_batch(marker: Marker) -> None:
 
 @given(keys, afters, st.lists(starts, max_size=5), st.lists(message_ids, max_size=5))
 def test_no_batch_is_taken_for_a_per_message_marker_by_kmq_or_by_kafka_mq_go(
-    key: bytes, after: int, batch: list[Start], acks: list[MessageId],
+    key: bytes, after: int, batch: list[FakeStart], acks: list[MessageId],
 ) -> None:
     for data in (encode_starts(key, after, batch), encode_settles(key, after, acks=acks)):
         assert data.startswith(BATCH_PREFIX)

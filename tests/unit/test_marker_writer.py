@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -12,17 +11,7 @@ from kmq.marker_batch import decode_record, is_batch
 from kmq.marker_writer import MarkerWriter
 from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode
 from tests.markers_io import wait_for
-from tests.unit.fakes import FakeProducer
-
-
-@dataclass(frozen=True)
-class Start:
-    message_id: MessageId
-    payload: bytes
-    headers: dict[str, bytes] = field(default_factory=dict)
-    delivery_count: int = 1
-    first_message_id: MessageId = field(default_factory=lambda: MessageId(0, 0))
-    enqueued_at_ms: int = 0
+from tests.unit.fakes import FakeProducer, FakeStart
 
 
 def _writer(fmt: str, **fields: object) -> tuple[MarkerWriter, FakeProducer]:
@@ -74,7 +63,7 @@ def test_a_full_settle_batch_is_written_without_waiting_for_the_linger() -> None
 def test_start_batches_split_below_the_record_limit() -> None:
     writer, producer = _writer("kmq", max_payload_bytes=1000)
     try:
-        deliveries = writer.start([Start(MessageId(0, i), b"x" * 400) for i in range(5)])
+        deliveries = writer.start([FakeStart(MessageId(0, i), b"x" * 400) for i in range(5)])
         assert len(deliveries) == len(producer.records) == 3
         sizes = [len(decode_record(r.value)) for r in producer.records]
         assert sizes == [2, 2, 1]
@@ -85,7 +74,10 @@ def test_start_batches_split_below_the_record_limit() -> None:
 def test_the_kafka_mq_go_format_writes_one_plain_marker_per_start_and_settle() -> None:
     writer, producer = _writer("kafka-mq-go")
     try:
-        writer.start([Start(MessageId(0, 5), b"p")])
+        [delivery] = writer.start([FakeStart(MessageId(0, 5), b"p")])
+        assert not delivery.done()
+        producer.records[0].on_done(None, None)  # type: ignore[misc]
+        assert delivery.done() and delivery.exception(0) is None
         writer.ack(MessageId(0, 5))
         writer.release(MessageId(0, 6), 300)
         writer.flush(1)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
-from kmq.markers import EndReason, Marker, MarkerType, MessageId, decode, encode
+from kmq.markers import EndReason, Marker, MarkerType, MessageId, decode, encode, encode_end, encode_keep_alive
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 
 GOLDEN = [
@@ -54,6 +54,12 @@ def test_kmq_reads_kafka_mq_go_golden_bytes(marker: Marker, golden: str) -> None
 @given(markers)
 def test_every_marker_survives_a_round_trip(marker: Marker) -> None:
     assert decode(encode(marker)) == marker
+
+
+@given(message_ids, st.integers(0, 2**64 - 1))
+def test_the_end_and_keep_alive_fast_paths_write_the_same_bytes_as_encode(mid: MessageId, after: int) -> None:
+    assert encode_end(mid) == encode(Marker(MarkerType.END, mid))
+    assert encode_keep_alive(mid, after) == encode(Marker(MarkerType.KEEPALIVE, mid, after))
 
 
 @given(markers)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -11,6 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kmq.marker_batch import decode_batch, decode_record, encode_settles, encode_starts
 from kmq.markers import Marker, MarkerType, MessageId
 from redelivery.partition_state import PartitionState
+from tests.unit.fakes import FakeStart
 
 IDS = st.integers(0, 7).map(lambda i: MessageId(i % 2, i))
 
@@ -84,7 +83,7 @@ settles = st.lists(st.tuples(st.sampled_from(["keep_alive", "ack"]), IDS), max_s
 def test_folding_a_batch_record_equals_folding_its_markers_one_by_one(
     ids: list[MessageId], ops: list[tuple[str, MessageId]], now_ms: int,
 ) -> None:
-    starts = [Start(mid, b"p%d" % mid.offset) for mid in ids]
+    starts = [FakeStart(mid, b"p%d" % mid.offset) for mid in ids]
     records = [encode_starts(b"q", 1000, starts),
                encode_settles(b"q", 1000, keep_alives=[m for op, m in ops if op == "keep_alive"],
                               acks=[m for op, m in ops if op == "ack"])]
@@ -99,19 +98,6 @@ def test_folding_a_batch_record_equals_folding_its_markers_one_by_one(
     assert batched.in_progress == one_by_one.in_progress
     assert batched.commit_offset() == one_by_one.commit_offset()
     assert batched.take_expired(now_ms) == one_by_one.take_expired(now_ms)
-
-
-@dataclass(frozen=True)
-class Start:
-    message_id: MessageId
-    payload: bytes
-    headers: dict[str, bytes] = field(default_factory=dict)
-    delivery_count: int = 1
-    enqueued_at_ms: int = 0
-
-    @property
-    def first_message_id(self) -> MessageId:
-        return self.message_id
 
 
 class PartitionStateMachine(RuleBasedStateMachine):

@@ -19,6 +19,16 @@ from kmq.start_pipeline import StartPipeline
 from tests.unit.fakes import FakeFetchClient, FakeProducer, FakeRecord, Part
 
 
+class Table(dict[MessageId, Message]):
+    """The in-flight table's add/discard over a plain dict."""
+
+    def add(self, message: Message) -> None:
+        self[message.message_id] = message
+
+    def discard(self, message_id: MessageId) -> None:
+        self.pop(message_id, None)
+
+
 class Rig:
     """A pipeline wired to fakes; ``commits`` records each commit and answers with ``outcome``."""
 
@@ -29,7 +39,7 @@ class Rig:
         config = Config(bootstrap_servers="x:1", redelivery_timeout_ms=1000)
         self.writer = MarkerWriter(config, b"q", self.producer)
         self.book = OffsetBook(CommitPolicy(1000, 5.0))
-        self.in_flight: dict[MessageId, Message] = {}
+        self.in_flight = Table()
         self.handed: list[Message] = []
         self.commits: list[dict[TopicPartitionKey, int]] = []
         self.outcome = CommitOutcome.COMMITTED

@@ -1,0 +1,128 @@
+"""InFlightMessages: a consumer's messages from their Start until they are settled, and how they are settled.
+
+The table maps message id → Message. Popping an entry is what settles a message: a dict pop is atomic, so of two
+threads settling one message exactly one wins, with no lock per message. A settle appends to the MarkerWriter and
+returns; a keep-alive thread refreshes every message in the table (Started, buffered or handed out) every
+``redelivery_timeout_ms / 2``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from kmq import _kafka
+from kmq.config import Config
+from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
+from kmq.marker_writer import MarkerProducer, MarkerWriter
+from kmq.markers import EndReason, MessageId
+from kmq.message import Message
+
+
+class InFlightMessages:
+    """The Settler of a consumer's Messages (``message.ack()`` lands here), any thread."""
+
+    def __init__(self, config: Config, queue: str, writer: MarkerWriter, dlq_producer: MarkerProducer,
+                 on_settled: Callable[[], None]) -> None:
+        self._config = config
+        self._queue = queue
+        self._key = queue.encode()
+        self._writer = writer
+        self._dlq_producer = dlq_producer
+        self._on_settled = on_settled
+        self._table: dict[MessageId, Message] = {}
+        self._stop = threading.Event()
+        self.closed = False
+        self._thread = threading.Thread(target=self._keep_alive_loop, name=f"kmq-keepalive-{queue}", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __iter__(self) -> Iterator[MessageId]:
+        return iter(list(self._table))  # list() of a dict is atomic under the GIL
+
+    def add(self, message: Message) -> None:
+        self._table[message.message_id] = message
+
+    def discard(self, message_id: MessageId) -> None:
+        """Forgets a message that was not handed out (its batch is rewound); it will be Started again."""
+        self._table.pop(message_id, None)
+
+    def close(self) -> list[MessageId]:
+        """Stops keep-alives; every message still in flight is forgotten and returned (for release)."""
+        self.closed = True
+        self._stop.set()
+        self._thread.join()
+        unsettled = list(self._table)
+        self._table.clear()
+        return unsettled
+
+    # --- Message's settle calls ---------------------------------------------------------------------
+
+    def _ack(self, message: Message) -> None:
+        self._claim(message, "ack")
+        self._writer.ack(message.message_id)
+        self._on_settled()
+
+    def _release(self, message: Message, delay_ms: int) -> None:
+        self._claim(message, "release")
+        self._writer.release(message.message_id, delay_ms)
+        self._on_settled()
+
+    def _reject(self, message: Message, reason: str) -> None:
+        self._claim(message, "reject")
+        headers = [*message.headers.items(), *_kmq_headers(message),
+                   (_kafka.HEADER_DLQ_REASON, (reason or "rejected").encode()),
+                   (_kafka.HEADER_DLQ_QUEUE, self._key)]
+        try:
+            self._dlq_producer.produce_future(self._config.dlq_topic, message.payload, self._key, headers).result(
+                self._config.connect_timeout_ms / 1000 + 20)
+        except Exception as err:
+            if not self.closed:  # unsettled again, so the caller may retry
+                message._settled_as = ""
+                self._table[message.message_id] = message
+            raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {self._queue!r} "
+                                f"to {self._config.dlq_topic!r}: {err}") from err
+        self._writer.end(message.message_id, EndReason.REJECTED, reason)
+        self._on_settled()
+
+    def _keep_alive(self, message: Message) -> None:
+        if self._table.get(message.message_id) is not message:
+            raise self._unsettleable(message, "keep alive")
+        message._next_keep_alive = time.monotonic() + self._config.keep_alive_interval_ms / 1000
+        self._writer.keep_alive(message.message_id)
+
+    def _claim(self, message: Message, how: str) -> None:
+        owner = self._table.pop(message.message_id, None)
+        if owner is message:
+            message._settled_as = how
+            return
+        if owner is not None:  # a later delivery of the same record: not this handle's to settle
+            self._table[message.message_id] = owner
+        raise self._unsettleable(message, how)
+
+    def _unsettleable(self, message: Message, how: str) -> KmqError:
+        if self.closed and not message.settled:
+            return ConsumerClosedError(f"cannot {how} message {message.message_id}: the consumer of queue "
+                                       f"{self._queue!r} is closed (it was released for redelivery)")
+        return message._already_settled(how)
+
+    # --- keep-alives ------------------------------------------------------------------------------------
+
+    def _keep_alive_loop(self) -> None:
+        interval_s = self._config.keep_alive_interval_ms / 1000
+        tick_s = max(0.01, min(interval_s / 5, 1.0))
+        while not self._stop.wait(tick_s):
+            now = time.monotonic()
+            for msg in list(self._table.values()):  # list() of a dict is atomic under the GIL
+                if msg._next_keep_alive <= now:
+                    msg._next_keep_alive = now + interval_s
+                    self._writer.keep_alive(msg.message_id)
+
+
+def _kmq_headers(message: Message) -> list[tuple[str, bytes]]:
+    return [(_kafka.HEADER_DELIVERY_COUNT, str(message.delivery_count).encode()),
+            (_kafka.HEADER_FIRST_ID, str(message.first_message_id).encode()),
+            (_kafka.HEADER_ENQUEUED_AT, str(message.enqueued_at_ms).encode())]

@@ -1,8 +1,8 @@
 """The in-flight messages of one markers partition, in three structures kept in step.
 
 - ``in_progress``: message id → InFlight (what to redeliver: the Start's payload and metadata, held once);
-- ``deadlines``: message id → deadline ms, for messages waiting on their deadline, with a heap of
-  (deadline, sequence, id) whose stale entries (a keep-alive moved the deadline) are skipped when they surface;
+- ``deadlines``: message id → deadline ms, for messages waiting on their deadline, with a heap of (deadline, id)
+  whose stale entries (a keep-alive moved the deadline) are skipped when they surface;
 - the marker offsets holding in-flight Starts, counted per offset (a kmq batch record holds many Starts) with a
   heap of offsets: the smallest one still counted is the offset to commit.
 
@@ -14,7 +14,6 @@ from all three. Pure: no Kafka, no clock of its own.
 from __future__ import annotations
 
 import heapq
-import itertools
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -66,8 +65,7 @@ class PartitionState:
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
     stats: Counter[str] = field(default_factory=Counter)
-    _deadline_heap: list[tuple[int, int, MessageId]] = field(default_factory=list)
-    _sequence: itertools.count[int] = field(default_factory=itertools.count)
+    _deadline_heap: list[tuple[int, MessageId]] = field(default_factory=list)
     _starts_at: dict[int, int] = field(default_factory=dict)
     _offset_heap: list[int] = field(default_factory=list)
 
@@ -134,9 +132,9 @@ class PartitionState:
 
     def _set_deadline(self, message_id: MessageId, deadline_ms: int) -> None:
         self.deadlines[message_id] = deadline_ms
-        heapq.heappush(self._deadline_heap, (deadline_ms, next(self._sequence), message_id))
+        heapq.heappush(self._deadline_heap, (deadline_ms, message_id))
         if len(self._deadline_heap) > COMPACT_FACTOR * len(self.deadlines) + 1000:
-            self._deadline_heap = [(d, next(self._sequence), m) for m, d in self.deadlines.items()]
+            self._deadline_heap = [(d, m) for m, d in self.deadlines.items()]
             heapq.heapify(self._deadline_heap)
 
     def take_expired(self, now_ms: int) -> list[InFlight]:
@@ -144,7 +142,7 @@ class PartitionState:
         expired: list[InFlight] = []
         heap, deadlines = self._deadline_heap, self.deadlines
         while heap and heap[0][0] < now_ms:
-            deadline, _, message_id = heapq.heappop(heap)
+            deadline, message_id = heapq.heappop(heap)
             if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
                 del deadlines[message_id]
                 expired.append(self.in_progress[message_id])

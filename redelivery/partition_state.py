@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kmq.marker_batch import DecodedBatch
 from kmq.markers import Headers, Marker, MarkerType, MessageId
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
@@ -80,6 +81,14 @@ class PartitionState:
             self.keep_alive(timestamp_ms + marker.redeliver_after_ms, (marker.message_id,))
         else:
             self.end((marker.message_id,))
+
+    def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
+        """Folds one kmq batch record, entry by entry, in the order its markers apply."""
+        self.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts())
+        self.keep_alive(timestamp_ms + batch.redeliver_after_ms, batch.keep_alives())
+        for marker in batch.settles():
+            self.apply(offset, timestamp_ms, marker)
+        self.end(batch.acks())
 
     def start(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int,
               entries: Iterable[StartEntry]) -> None:

@@ -121,12 +121,7 @@ class RedeliveryTracker:
         value = record.value()
         try:
             if is_batch(value):
-                batch = decode_batch(value)  # type: ignore[arg-type]
-                state.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts())
-                state.keep_alive(timestamp_ms + batch.redeliver_after_ms, batch.keep_alives())
-                for marker in batch.settles():
-                    state.apply(offset, timestamp_ms, marker)
-                state.end(batch.acks())
+                state.apply_batch(offset, timestamp_ms, decode_batch(value))  # type: ignore[arg-type]
             else:
                 state.apply(offset, timestamp_ms, decode(value))
         except MarkerDecodeError as bad:

@@ -89,10 +89,7 @@ def test_folding_a_batch_record_equals_folding_its_markers_one_by_one(
                               acks=[m for op, m in ops if op == "ack"])]
     batched, one_by_one = PartitionState(0), PartitionState(0)
     for offset, value in enumerate(records):
-        batch = decode_batch(value)
-        batched.start(offset, offset * 100, batch.key, batch.redeliver_after_ms, batch.starts())
-        batched.keep_alive(offset * 100 + batch.redeliver_after_ms, batch.keep_alives())
-        batched.end(batch.acks())
+        batched.apply_batch(offset, offset * 100, decode_batch(value))
         for marker in decode_record(value):
             one_by_one.apply(offset, offset * 100, marker)
     assert batched.in_progress == one_by_one.in_progress

@@ -76,6 +76,8 @@ def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
         **base_settings(config, client_id),
         "enable.idempotence": True,  # implies acks=all and keeps a queue's markers in order across retries
         "partitioner": "murmur2_random",  # Java-compatible: a queue's markers share one partition with Go's
+        # kmq batches markers itself (a Start record per poll batch, settles every settle_linger_ms): a linger here
+        # only delays the Start a hand-out waits for (2 ms cost ~25% of consumer throughput).
         "linger.ms": 0,
         # A Start carries the payload plus its headers and the marker fields.
         "message.max.bytes": config.max_payload_bytes + 200_000,

@@ -3,16 +3,16 @@ rebalance: librdkafka remembers a partition's paused flag across revoke/lost and
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kmq import Config, Consumer, Service
+from kmq import Config, Consumer, ConsumerClosedError, Service
 from kmq._kafka import consumer_group
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, ROOT, env_for
@@ -44,13 +44,13 @@ class Member:
         self.proc.wait(10)
 
 
-def _drain(consumer: Consumer, seen: set[bytes], until: threading.Event, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not until.is_set() and len(seen) < TOTAL and time.monotonic() < deadline:
-        msg = consumer.receive(0.1)
-        if msg is not None:
-            seen.add(msg.payload)
-            msg.ack()
+def _drain(consumer: Consumer, seen: set[bytes], until: threading.Event) -> None:
+    with contextlib.suppress(ConsumerClosedError):
+        while not until.is_set() and len(seen) < TOTAL:
+            msg = consumer.receive(0.1)
+            if msg is not None:
+                seen.add(msg.payload)
+                msg.ack()
 
 
 def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(
@@ -59,26 +59,31 @@ def test_a_paused_survivor_reads_the_partitions_a_dead_member_gives_back(
     # Given a consumer whose backlog is full, so fetching is paused
     config = kmq_config(partitions=6, consumer_kafka=FAST_GROUP, marker_format=marker_format, **PAUSES_SOON)
     _produce(config, "survivor")
+    seen: set[bytes] = set()
+    stop = threading.Event()
     with Service(config).queue("survivor").consumer() as one:
-        assert wait_for(lambda: one.fetch_paused, timeout_s=30), "fetching never paused"
-        # When a second member joins and takes half the partitions
-        member = Member(config, "survivor")
+        drainer = threading.Thread(target=_drain, args=(one, seen, stop))
         try:
-            assert wait_for(lambda: len(one.assignment) == 3, timeout_s=30), one.assignment
-            # and the survivor drains its half, so it resumes fetching while the other half is away
-            seen: set[bytes] = set()
-            stop = threading.Event()
-            drainer = threading.Thread(target=_drain, args=(one, seen, stop, 90))
-            drainer.start()
-            assert wait_for(lambda: len(seen) >= 2500 and not one.fetch_paused, timeout_s=60), len(seen)
+            assert wait_for(lambda: one.fetch_paused, timeout_s=30), "fetching never paused"
+            # When a second member joins and takes half the partitions
+            member = Member(config, "survivor")
+            try:
+                assert wait_for(lambda: len(one.assignment) == 3, timeout_s=30), one.assignment
+                # and the survivor drains its half, so it resumes fetching while the other half is away
+                drainer.start()
+                assert wait_for(lambda: len(seen) >= 2500 and not one.fetch_paused, timeout_s=60), (
+                    f"{len(seen)} read, fetch paused: {one.fetch_paused}, assignment {sorted(one.assignment)}")
+            finally:
+                # and the second member dies
+                member.kill()
+            # Then the survivor gets all six partitions back and finishes every message in bounded time
+            assert wait_for(lambda: len(one.assignment) == 6, timeout_s=30), one.assignment
+            assert wait_for(lambda: len(seen) == TOTAL, timeout_s=90), (
+                f"{TOTAL - len(seen)} messages never read; fetch paused: {one.fetch_paused}")
         finally:
-            # and the second member dies
-            member.kill()
-        # Then the survivor gets all six partitions back and finishes every message in bounded time
-        assert wait_for(lambda: len(one.assignment) == 6, timeout_s=30), one.assignment
-        drainer.join(90)
-        stop.set()
-    assert len(seen) == TOTAL, f"{TOTAL - len(seen)} messages never read"
+            stop.set()
+            if drainer.is_alive():
+                drainer.join(10)
 
 
 def test_a_consumer_whose_partitions_are_lost_while_paused_reads_them_when_they_come_back(

@@ -166,10 +166,6 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
     )
 
 
-def topic_partition(record: KafkaMessage) -> TopicPartition:
-    return TopicPartition(record.topic() or "", record.partition() or 0)
-
-
 def header_dict(record: KafkaMessage) -> dict[str, bytes]:
     headers: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
     return {k: v or b"" for k, v in headers} if headers else {}

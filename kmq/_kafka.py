@@ -146,6 +146,19 @@ def message_id(record: KafkaMessage) -> MessageId:
     return MessageId(record.partition() or 0, record.offset() or 0)
 
 
+def delivery_headers(delivery_count: int, first_message_id: MessageId, enqueued_at_ms: int) -> list[tuple[str, bytes]]:
+    """The kmq header triple a redelivered copy or a dead letter carries (read back by ``to_message``)."""
+    return [(HEADER_DELIVERY_COUNT, str(delivery_count).encode()),
+            (HEADER_FIRST_ID, str(first_message_id).encode()),
+            (HEADER_ENQUEUED_AT, str(enqueued_at_ms).encode())]
+
+
+def origin_id(record: KafkaMessage) -> MessageId:
+    """The first delivery's id of a messages-topic record: its first-id header, or its own id on a first delivery."""
+    first = header_dict(record).get(HEADER_FIRST_ID)
+    return MessageId.parse(first.decode()) if first else message_id(record)
+
+
 def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
     """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
     msg_id = MessageId(record.partition() or 0, record.offset() or 0)

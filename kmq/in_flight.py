@@ -73,7 +73,8 @@ class InFlightMessages:
 
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
-        headers = [*message.headers.items(), *_kmq_headers(message),
+        headers = [*message.headers.items(),
+                   *_kafka.delivery_headers(message.delivery_count, message.first_message_id, message.enqueued_at_ms),
                    (_kafka.HEADER_DLQ_REASON, (reason or "rejected").encode()),
                    (_kafka.HEADER_DLQ_QUEUE, self._key)]
         try:
@@ -121,8 +122,3 @@ class InFlightMessages:
                     msg._next_keep_alive = now + interval_s
                     self._writer.keep_alive(msg.message_id)
 
-
-def _kmq_headers(message: Message) -> list[tuple[str, bytes]]:
-    return [(_kafka.HEADER_DELIVERY_COUNT, str(message.delivery_count).encode()),
-            (_kafka.HEADER_FIRST_ID, str(message.first_message_id).encode()),
-            (_kafka.HEADER_ENQUEUED_AT, str(message.enqueued_at_ms).encode())]

@@ -128,8 +128,7 @@ def waiting_origins(config: Config, queue: str, timeout_s: float = 30.0) -> set[
                 if offset + 1 >= ends.get(partition, 0):
                     ends.pop(partition, None)
                 if record.key() == key:
-                    first = _kafka.header_dict(record).get(_kafka.HEADER_FIRST_ID)
-                    waiting.add(MessageId.parse(first.decode()) if first else _kafka.message_id(record))
+                    waiting.add(_kafka.origin_id(record))
         return waiting
     finally:
         consumer.close()

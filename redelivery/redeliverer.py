@@ -99,11 +99,8 @@ class Redeliverer:
 
     def _headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
         item = attempt.item
-        headers = [
-            (_kafka.HEADER_DELIVERY_COUNT, str(attempt.delivery_count).encode()),
-            (_kafka.HEADER_FIRST_ID, str(item.origin_id).encode()),
-            (_kafka.HEADER_ENQUEUED_AT, str(item.enqueued_at_ms or item.start_timestamp_ms).encode()),
-        ]
+        headers = _kafka.delivery_headers(attempt.delivery_count, item.origin_id,
+                                          item.enqueued_at_ms or item.start_timestamp_ms)
         if attempt.dead_letter:
             reason = f"max deliveries ({self._config.max_deliveries}) reached"
             headers += [(_kafka.HEADER_DLQ_REASON, reason.encode()), (_kafka.HEADER_DLQ_QUEUE, item.key)]

@@ -1,8 +1,8 @@
 """kmq: SQS-style queues with per-message acknowledgement on Apache Kafka."""
 
-from kmq._kafka import Delivery
 from kmq.config import Config
 from kmq.consumer import Consumer
+from kmq.delivery import Delivery
 from kmq.errors import (
     ConfigError,
     ConsumerClosedError,
@@ -17,10 +17,10 @@ from kmq.errors import (
     Reject,
     TopicError,
 )
-from kmq.markers import MessageId
 from kmq.message import Message
 from kmq.producer import Producer
 from kmq.service import Queue, Service
+from kmq.wire import MessageId
 
 __all__ = [
     "Config",

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -16,22 +16,16 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka import Producer as KafkaProducer
 
+from kmq import wire
 from kmq.config import Config
+from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KafkaClientError
-from kmq.markers import MessageId
 from kmq.message import Message, Settler
 from kmq.offset_book import CommitOutcome
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-HEADER_DELIVERY_COUNT = "kmq-delivery-count"
-HEADER_FIRST_ID = "kmq-first-message-id"
-HEADER_ENQUEUED_AT = "kmq-enqueued-at-ms"
-HEADER_DLQ_REASON = "kmq-dead-letter-reason"
-HEADER_DLQ_QUEUE = "kmq-queue"
-RESERVED_HEADER_PREFIX = "kmq-"
-
-TRACKER_GROUP = "kafka-mq-redelivery"
 COMMIT_ATTEMPTS = 3
 
 # Commit errors that mean this member no longer owns its partitions: retrying cannot succeed.
@@ -40,11 +34,6 @@ OWNERSHIP_LOST = frozenset({
     KafkaError.FENCED_INSTANCE_ID, getattr(KafkaError, "STALE_MEMBER_EPOCH", -10_000),
     KafkaError._ASSIGNMENT_LOST, KafkaError._STATE,
 })
-
-
-def consumer_group(queue: str) -> str:
-    """kafka-mq-go's group name, so Go and Python consumers of one queue share a group."""
-    return f"kafka-mq-{queue}"
 
 
 def _librdkafka_logger() -> logging.Logger:
@@ -146,16 +135,9 @@ def message_id(record: KafkaMessage) -> MessageId:
     return MessageId(record.partition() or 0, record.offset() or 0)
 
 
-def delivery_headers(delivery_count: int, first_message_id: MessageId, enqueued_at_ms: int) -> list[tuple[str, bytes]]:
-    """The kmq header triple a redelivered copy or a dead letter carries (read back by ``to_message``)."""
-    return [(HEADER_DELIVERY_COUNT, str(delivery_count).encode()),
-            (HEADER_FIRST_ID, str(first_message_id).encode()),
-            (HEADER_ENQUEUED_AT, str(enqueued_at_ms).encode())]
-
-
 def origin_id(record: KafkaMessage) -> MessageId:
     """The first delivery's id of a messages-topic record: its first-id header, or its own id on a first delivery."""
-    first = header_dict(record).get(HEADER_FIRST_ID)
+    first = header_dict(record).get(wire.HEADER_FIRST_ID)
     return MessageId.parse(first.decode()) if first else message_id(record)
 
 
@@ -166,15 +148,13 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
     if not raw:  # a first delivery without user headers: the common case, kept cheap
         return Message(record.value() or b"", {}, queue, msg_id, 1, msg_id, record_timestamp_ms(record),
                        settler, _next_keep_alive=next_keep_alive)
-    kmq = {k: v or b"" for k, v in raw if k.startswith(RESERVED_HEADER_PREFIX)}
-    first = kmq.get(HEADER_FIRST_ID)
-    enqueued = kmq.get(HEADER_ENQUEUED_AT)
+    internal = wire.INTERNAL_HEADERS
+    kmq = wire.DeliveryHeaders.parse({k: v or b"" for k, v in raw if k in internal})
     return Message(
         payload=record.value() or b"", queue=queue, message_id=msg_id,
-        headers={k: v or b"" for k, v in raw if not k.startswith(RESERVED_HEADER_PREFIX)},
-        delivery_count=int(kmq.get(HEADER_DELIVERY_COUNT, b"1")),
-        first_message_id=MessageId.parse(first.decode()) if first else msg_id,
-        enqueued_at_ms=int(enqueued) if enqueued else record_timestamp_ms(record),
+        headers={k: v or b"" for k, v in raw if k not in internal},
+        delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
+        enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
         _settler=settler, _next_keep_alive=next_keep_alive,
     )
 
@@ -187,66 +167,6 @@ def header_dict(record: KafkaMessage) -> dict[str, bytes]:
 def record_timestamp_ms(record: KafkaMessage) -> int:
     kind, ts = record.timestamp()
     return int(ts) if kind != 0 and ts is not None and ts >= 0 else 0
-
-
-_DELIVERY_LOCK = threading.Lock()
-T = TypeVar("T")
-
-
-class Delivery(Generic[T]):
-    """A Future-like handle for one record's delivery report: ``result(timeout)``, ``exception()``, ``done()``,
-    ``add_done_callback(fn)``. Unlike concurrent.futures.Future it allocates no lock or condition per record
-    (those halved send_async throughput); an Event is made only when someone waits before the report."""
-
-    __slots__ = ("_callbacks", "_done", "_error", "_event", "_value")
-
-    def __init__(self) -> None:
-        self._done = False
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._event: threading.Event | None = None
-        self._callbacks: list[Callable[[Delivery[T]], object]] | None = None
-
-    def _set(self, value: T | None, error: BaseException | None) -> None:
-        with _DELIVERY_LOCK:
-            self._value, self._error, self._done = value, error, True
-            event, callbacks, self._callbacks = self._event, self._callbacks, None
-        if event is not None:
-            event.set()
-        for callback in callbacks or ():
-            callback(self)
-
-    def done(self) -> bool:
-        return self._done
-
-    def _wait(self, timeout: float | None) -> None:
-        with _DELIVERY_LOCK:
-            if self._done:
-                return
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        if not event.wait(timeout):
-            raise TimeoutError(f"no delivery report within {timeout}s")
-
-    def result(self, timeout: float | None = None) -> T:
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._wait(timeout)
-        return self._error
-
-    def add_done_callback(self, fn: Callable[[Delivery[T]], object]) -> None:
-        with _DELIVERY_LOCK:
-            if not self._done:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(fn)
-                return
-        fn(self)
 
 
 class PolledProducer:

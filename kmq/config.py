@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
+from kmq.wire import TRACKER_GROUP
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
@@ -99,7 +100,13 @@ class Config:
     use_now_if_no_marker_seen_ms: int = 0
     num_offsets_per_commit: int = 1_000
     tracker_commit_interval_ms: int = 1_000
+    #: Serve /metrics and /healthz on this port (worker and tracker; 0 = off), bound to ``metrics_host``.
     metrics_port: int = 0
+    #: The metrics endpoint's interface: loopback unless told otherwise ("0.0.0.0" for all).
+    metrics_host: str = "127.0.0.1"
+    #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
+    #: kafka-mq-go's trackers use the default.
+    tracker_group: str = TRACKER_GROUP
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
@@ -132,6 +139,10 @@ class Config:
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
+        for name in ("metrics_host", "tracker_group"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip() or not value.isprintable():
+                raise ConfigError(name, f"must be a non-empty printable string, got {value!r}")
         if self.client_id and not self.client_id.isprintable():
             raise ConfigError("client_id", "must be printable")
         self._check_kafka()

@@ -19,12 +19,14 @@ from types import TracebackType
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
 
-from kmq import _kafka
+from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
+from kmq._util import take_all
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
-from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, TopicError
+from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, TopicError, UndeliveredMarkersError
 from kmq.in_flight import InFlightMessages
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
@@ -70,7 +72,7 @@ class Consumer:
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
         self._kafka = KafkaConsumer({
-            **_kafka.consumer_settings(config, _kafka.consumer_group(queue), f"kmq-consumer-{queue}"),
+            **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
         self._intake = Intake(self._kafka, self._key, self._on_record_error, config.receive_buffer_capacity,
@@ -79,7 +81,7 @@ class Consumer:
         self._pipeline = StartPipeline(
             key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
             to_message=self._to_message, commit=self._commit, hand_out=self._hand_out,
-            start_timeout_s=config.connect_timeout_ms / 1000 + 20)
+            start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop)
         try:
             self._check_topics()
             self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
@@ -172,30 +174,62 @@ class Consumer:
         """Waits until every marker written so far (acks included) is durable; returns how many records are not."""
         return self._writer.flush(timeout)
 
+    @property
+    def failure(self) -> str | None:
+        """Why this consumer stopped working (a fatal Kafka error), or None."""
+        return None if self._fatal is None else str(self._fatal)
+
+    @property
+    def metadata_client(self) -> KafkaProducer:
+        """A client whose ``list_topics`` probes the broker (for health checks)."""
+        return self._producer.client
+
     def close(self, timeout: float = 30.0) -> None:
-        """Stops fetching, releases unsettled messages, writes outstanding markers, commits, leaves the group."""
+        """Stops fetching, gives back messages never received and releases received ones still unsettled, writes
+        outstanding markers, commits and leaves the group, all within about ``timeout`` seconds even when the
+        broker is down.
+
+        Raises UndeliveredMarkersError when markers (acks included) could not be written durably, since the start
+        or within ``timeout``: those messages will be delivered again.
+        """
         if self._closed:
             return
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self._stop.set()
         self._loop_thread.join()
         if self._fatal is None:
-            # Batches whose Starts are on the wire: commit them, so they are released below, not read again.
-            self._pipeline.advance(block=True)
+            # Batches whose Starts are on the wire: commit them, so they are given back below, not read again.
+            self._pipeline.advance(block=True, timeout_s=min(left(), self._pipeline.start_timeout_s))
         self._closed = True
         with self._ready_cond:
-            self._ready.clear()
+            # Popped one by one (atomic): a message a racing receive got is not counted as never received.
+            never_received = {m.message_id for m in take_all(self._ready)}
             self._ready_cond.notify_all()
         unsettled = self._in_flight.close()
         for message_id in unsettled:
-            self._writer.release(message_id, 0)
+            if message_id in never_received:
+                self._writer.give_back(message_id)  # no handler saw it: its delivery count stays
+            else:
+                self._writer.release(message_id, 0)
         if unsettled:
-            self._log.info("consumer_close_released", released=len(unsettled))
-        remaining = self._writer.close(timeout) + self._producer.close(timeout)
-        if remaining:
-            self._log.error("markers_undelivered_at_close", undelivered=remaining)
-        if self._book and self._fatal is None:
-            self._commit(self._book.pending())
-        self._kafka.close()
+            self._log.info("consumer_close_released", released=len(unsettled) - len(never_received),
+                           returned=len(never_received))
+        remaining = self._writer.close(left())
+        remaining += self._producer.close(left())
+        undelivered = remaining + self._writer.undelivered
+        if self._book and self._fatal is None and not remaining:
+            self._commit(self._book.pending(), attempts=1)
+        _close_within(self._kafka, left() + 1.0, self._log)
+        if undelivered:
+            self._log.error("markers_undelivered_at_close", undelivered=undelivered)
+            raise UndeliveredMarkersError(
+                f"consumer of queue {self._queue!r}: {undelivered} marker record(s) were not written to "
+                f"{self._config.marker_topic!r} (acks among them are lost: those messages will be delivered "
+                "again)", undelivered)
 
     def __enter__(self) -> Consumer:
         return self
@@ -281,8 +315,9 @@ class Consumer:
             self._ready.extend(messages)
             self._ready_cond.notify_all()
 
-    def _commit(self, offsets: Mapping[TopicPartitionKey, int]) -> CommitOutcome:
-        outcome = _kafka.commit(self._kafka, offsets, f"queue {self._queue!r}")
+    def _commit(self, offsets: Mapping[TopicPartitionKey, int],
+                attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:
+        outcome = _kafka.commit(self._kafka, offsets, f"queue {self._queue!r}", attempts)
         if outcome is CommitOutcome.COMMITTED:
             self._book.committed(offsets)
         elif outcome is CommitOutcome.FENCED:
@@ -345,6 +380,16 @@ class Consumer:
         info = meta.topics.get(topic)
         if info is None or info.error is not None:
             raise TopicError(f"message topic {topic!r} does not exist: create it with `kmq topics create`")
+
+
+def _close_within(client: KafkaConsumer, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:
+    """librdkafka's close (leave the group, final fetch-state cleanup) may wait long with the broker down: it gets
+    a thread and ``timeout_s``; past that the process goes on, and its exit ends the client."""
+    closer = threading.Thread(target=client.close, name="kmq-consumer-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    if closer.is_alive():
+        logger.warning("consumer_close_timeout", timeout_s=round(timeout_s, 1))
 
 
 def _fatal_error(err: KafkaError, config: Config, queue: str) -> KafkaClientError:

@@ -23,11 +23,11 @@ from kmq import logs
 from kmq.cli import format_table
 from kmq.config import Config
 from kmq.lifecycle import QueueSummary
-from kmq.markers import MessageId
 from kmq.service import Service
 from kmq.stats import MarkerScanner, waiting_origins
 from kmq.testing.broker import LocalKafka
 from kmq.topics import create_topics
+from kmq.wire import MessageId
 
 QUEUES = ("emails", "thumbnails")
 JOBS_PER_QUEUE = 5_000

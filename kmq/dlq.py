@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, TopicPartition
 
-from kmq import _kafka
+from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
 from kmq.config import Config
-from kmq.markers import MessageId
+from kmq.wire import MessageId
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +63,10 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
         headers = _kafka.header_dict(record)
         letter = DeadLetter(
             queue=queue, payload=record.value() or b"",
-            headers={k: v for k, v in headers.items() if not k.startswith(_kafka.RESERVED_HEADER_PREFIX)},
-            reason=headers.get(_kafka.HEADER_DLQ_REASON, b"").decode(errors="replace"),
-            delivery_count=int(headers.get(_kafka.HEADER_DELIVERY_COUNT, b"1")),
-            first_message_id=headers.get(_kafka.HEADER_FIRST_ID, b"").decode(),
+            headers={k: v for k, v in headers.items() if not k.startswith(wire.RESERVED_HEADER_PREFIX)},
+            reason=headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace"),
+            delivery_count=int(headers.get(wire.HEADER_DELIVERY_COUNT, b"1")),
+            first_message_id=headers.get(wire.HEADER_FIRST_ID, b"").decode(),
             dlq_id=_kafka.message_id(record))
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
@@ -91,7 +91,7 @@ def redrive(config: Config, queue: str, limit: int | None = None, idle_s: float 
         for letter, _ in found:
             headers = list(letter.headers.items())
             if letter.first_message_id:
-                headers.append((_kafka.HEADER_FIRST_ID, letter.first_message_id.encode()))
+                headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
             futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers))
         for future in futures:
             future.result(config.connect_timeout_ms / 1000 + 20)

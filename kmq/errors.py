@@ -72,3 +72,20 @@ class ConsumerClosedError(KmqError):
 
 class Reject(KmqError):
     """Raised by a worker handler to reject a message for good (dead letter, never redelivered)."""
+
+
+class UndeliveredMarkersError(DeliveryError):
+    """Raised by ``Consumer.close()`` (and a worker's ``run()``) when settle markers (acks, releases, rejects) could
+    not be written durably: those messages will be delivered again. ``undelivered`` counts the marker records."""
+
+    def __init__(self, message: str, undelivered: int) -> None:
+        super().__init__(message, retriable=True)
+        self.undelivered = undelivered
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised inside a handler thread whose message ran past its time limit.
+
+    A BaseException, like KeyboardInterrupt, so a handler's ``except Exception`` does not swallow it. By then the
+    worker has already released the message (or dead-lettered it after ``max_deliveries``).
+    """

@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from kmq import _kafka
+from kmq import wire
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
 from kmq.marker_writer import MarkerProducer, MarkerWriter
-from kmq.markers import EndReason, MessageId
+from kmq.markers import EndReason
 from kmq.message import Message
+from kmq.wire import MessageId
 
 
 class InFlightMessages:
@@ -51,7 +52,7 @@ class InFlightMessages:
         self._table.pop(message_id, None)
 
     def close(self) -> list[MessageId]:
-        """Stops keep-alives; every message still in flight is forgotten and returned (for release)."""
+        """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
         self.closed = True
         self._stop.set()
         self._thread.join()
@@ -71,12 +72,17 @@ class InFlightMessages:
         self._writer.release(message.message_id, delay_ms)
         self._on_settled()
 
+    def _give_back(self, message: Message) -> None:
+        self._claim(message, "give back")
+        self._writer.give_back(message.message_id)
+        self._on_settled()
+
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
-        headers = [*message.headers.items(),
-                   *_kafka.delivery_headers(message.delivery_count, message.first_message_id, message.enqueued_at_ms),
-                   (_kafka.HEADER_DLQ_REASON, (reason or "rejected").encode()),
-                   (_kafka.HEADER_DLQ_QUEUE, self._key)]
+        delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
+        headers = [*message.headers.items(), *delivery.encode(),
+                   (wire.HEADER_DLQ_REASON, (reason or "rejected").encode()),
+                   (wire.HEADER_DLQ_QUEUE, self._key)]
         try:
             self._dlq_producer.produce_future(self._config.dlq_topic, message.payload, self._key, headers).result(
                 self._config.connect_timeout_ms / 1000 + 20)

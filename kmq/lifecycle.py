@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId
+from kmq.markers import EndReason, Marker, MarkerType
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 
 
 @dataclass(slots=True)
@@ -17,6 +18,8 @@ class QueueSummary:
     rejected: int = 0
     dead_lettered: int = 0
     released: int = 0
+    #: Given back unprocessed (consumer close, worker shutdown): redelivered without counting a delivery.
+    returned: int = 0
     #: Redeliveries of messages nobody released: their worker crashed or went silent past the deadline.
     recovered: int = 0
     in_flight: int = 0
@@ -29,7 +32,7 @@ class QueueSummary:
     def as_dict(self) -> dict[str, int]:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
                 "rejected": self.rejected, "dead_lettered": self.dead_lettered, "released": self.released,
-                "recovered": self.recovered, "in_flight": self.in_flight}
+                "returned": self.returned, "recovered": self.recovered, "in_flight": self.in_flight}
 
 
 @dataclass(slots=True)
@@ -62,6 +65,9 @@ class LifecycleFold:
         if marker.type is MarkerType.KEEPALIVE:
             if marker.reason == RELEASE_REASON:
                 summary.released += 1
+                known.released = True
+            elif marker.reason == RETURN_REASON:
+                summary.returned += 1
                 known.released = True
             return
         del self._open[marker.message_id]

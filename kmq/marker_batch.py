@@ -16,7 +16,8 @@ from google.protobuf.message import DecodeError
 
 from kmq._proto import kmq_marker_pb2 as pb
 from kmq.errors import MarkerDecodeError
-from kmq.markers import RELEASE_REASON, EndReason, Headers, Marker, MarkerType, MessageId, decode
+from kmq.markers import EndReason, Headers, Marker, MarkerType, decode
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 
 BATCH_VERSION = 1
 BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
@@ -24,11 +25,13 @@ BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
 START_OVERHEAD_BYTES = 48
 SETTLE_OVERHEAD_BYTES = 24
 
+#: Settle kind → (marker type, end reason, the reason text it implies; "" = carried in the entry).
 _SETTLE_KINDS = {
-    pb.Settle.RELEASE: (MarkerType.KEEPALIVE, EndReason.ACKED),
-    pb.Settle.REJECT: (MarkerType.END, EndReason.REJECTED),
-    pb.Settle.REDELIVERED: (MarkerType.END, EndReason.REDELIVERED),
-    pb.Settle.DEAD_LETTERED: (MarkerType.END, EndReason.DEAD_LETTERED),
+    pb.Settle.RELEASE: (MarkerType.KEEPALIVE, EndReason.ACKED, RELEASE_REASON),
+    pb.Settle.RETURNED: (MarkerType.KEEPALIVE, EndReason.ACKED, RETURN_REASON),
+    pb.Settle.REJECT: (MarkerType.END, EndReason.REJECTED, ""),
+    pb.Settle.REDELIVERED: (MarkerType.END, EndReason.REDELIVERED, ""),
+    pb.Settle.DEAD_LETTERED: (MarkerType.END, EndReason.DEAD_LETTERED, ""),
 }
 _END_KINDS = {EndReason.REJECTED: pb.Settle.REJECT, EndReason.REDELIVERED: pb.Settle.REDELIVERED,
               EndReason.DEAD_LETTERED: pb.Settle.DEAD_LETTERED}
@@ -79,13 +82,14 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
                    acks: Sequence[MessageId] = (), others: Sequence[Marker] = (), client_id: str = "",
                    instance_id: str = "") -> bytes:
     """One batch record of settles: keep-alives and acks as packed id lists, releases and Ends with a reason
-    (``others``: KEEPALIVE markers with RELEASE_REASON, END markers with a non-ACKED reason) one entry each."""
+    (``others``: KEEPALIVE markers with RELEASE_REASON or RETURN_REASON, END markers with a non-ACKED reason)
+    one entry each."""
     batch = _header(key, redeliver_after_ms, client_id, instance_id)
     batch.keep_alive_partitions.extend([m.partition for m in keep_alives])
     batch.keep_alive_offsets.extend([m.offset for m in keep_alives])
     for marker in others:
         if marker.type is MarkerType.KEEPALIVE:
-            kind: Any = pb.Settle.RELEASE
+            kind: Any = pb.Settle.RETURNED if marker.reason == RETURN_REASON else pb.Settle.RELEASE
         elif marker.type is MarkerType.END and marker.end_reason in _END_KINDS:
             kind = _END_KINDS[marker.end_reason]
         else:
@@ -140,10 +144,9 @@ class DecodedBatch:
     def settles(self) -> Iterator[Marker]:
         """Releases and Ends with a reason, as Markers (they are few)."""
         for settle in self._batch.settles:
-            kind, reason = _SETTLE_KINDS[cast(Any, settle.kind)]
-            text = RELEASE_REASON if kind is MarkerType.KEEPALIVE else settle.reason
+            kind, reason, implied = _SETTLE_KINDS[cast(Any, settle.kind)]
             yield Marker(kind, MessageId(settle.partition, settle.offset), settle.delay_ms, end_reason=reason,
-                         reason=text, client_id=self.client_id, instance_id=self.instance_id)
+                         reason=implied or settle.reason, client_id=self.client_id, instance_id=self.instance_id)
 
     def acks(self) -> list[MessageId]:
         return list(map(MessageId, self._batch.ack_partitions, self._batch.ack_offsets))

@@ -17,11 +17,13 @@ from typing import Any, Protocol
 
 import structlog
 
-from kmq._kafka import Delivery
+from kmq._util import take_all
 from kmq.config import MARKER_FORMAT_KMQ, Config
+from kmq.delivery import Delivery
 from kmq.errors import DeliveryError
 from kmq.marker_batch import Startable, encode_settles, encode_starts, start_size
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, encode, encode_end, encode_keep_alive
+from kmq.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -134,6 +136,10 @@ class MarkerWriter:
         """A KeepAlive with the delay as deadline, then silence: the tracker (Go's too) redelivers after it."""
         self._others.append(Marker(MarkerType.KEEPALIVE, message_id, delay_ms, reason=RELEASE_REASON))
 
+    def give_back(self, message_id: MessageId) -> None:
+        """Like ``release(0)``, for a message no handler saw: a kmq tracker's copy keeps its delivery count."""
+        self._others.append(Marker(MarkerType.KEEPALIVE, message_id, 0, reason=RETURN_REASON))
+
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self._others.append(Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason))
 
@@ -161,7 +167,7 @@ class MarkerWriter:
 
     def _drain(self) -> None:
         with self._drain_lock:
-            keep_alives, others, acks = _take(self._keep_alives), _take(self._others), _take(self._acks)
+            keep_alives, others, acks = take_all(self._keep_alives), take_all(self._others), take_all(self._acks)
             if not (keep_alives or others or acks):
                 return
             if self._batched:
@@ -196,12 +202,3 @@ class MarkerWriter:
                           error=err.str())
 
         self._producer.produce(self._topic, value, self._key, on_done=done)
-
-
-def _take(buffer: deque[Any]) -> list[Any]:
-    taken = []
-    try:
-        while True:
-            taken.append(buffer.popleft())
-    except IndexError:
-        return taken

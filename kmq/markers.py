@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError
 
 from kmq._proto import kmq_marker_pb2 as pb
 from kmq.errors import MarkerDecodeError
+from kmq.wire import MessageId
 
 Headers = tuple[tuple[str, bytes], ...]
-
-#: ``reason`` of the KeepAlive that gives a message back (release, or consumer close): tells it from a keep-alive.
-RELEASE_REASON = "released"
-
 
 class MarkerType(IntEnum):
     START = 0
@@ -32,22 +29,6 @@ class EndReason(IntEnum):
     REJECTED = 1
     REDELIVERED = 2
     DEAD_LETTERED = 3
-
-
-class MessageId(NamedTuple):
-    """Where a record sits on the messages topic: (partition, offset). A tuple, so hashing and comparing it (once
-    per message in the consumer's in-flight table and the tracker's state) run in C."""
-
-    partition: int
-    offset: int
-
-    def __str__(self) -> str:
-        return f"{self.partition}:{self.offset}"
-
-    @classmethod
-    def parse(cls, text: str) -> MessageId:
-        partition, _, offset = text.partition(":")
-        return cls(int(partition), int(offset))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from kmq.errors import MessageSettledError
-from kmq.markers import MessageId
+from kmq.wire import HEADER_TIME_LIMIT, MessageId
 
 
 class Settler(Protocol):
@@ -16,6 +16,7 @@ class Settler(Protocol):
     def _ack(self, message: Message) -> None: ...
     def _release(self, message: Message, delay_ms: int) -> None: ...
     def _reject(self, message: Message, reason: str) -> None: ...
+    def _give_back(self, message: Message) -> None: ...
     def _keep_alive(self, message: Message) -> None: ...
 
 
@@ -31,7 +32,8 @@ class Message:
     headers: dict[str, bytes]
     queue: str
     message_id: MessageId
-    #: 1 on first delivery, n on the n-th.
+    #: How many times a handler has been given this message, this time included: 1 on first delivery. A message
+    #: given back unprocessed (``give_back``, a consumer's close, a worker's shutdown) does not count.
     delivery_count: int
     #: The first delivery's id; equal to ``message_id`` on first delivery.
     first_message_id: MessageId
@@ -44,6 +46,12 @@ class Message:
     @property
     def enqueued_at(self) -> datetime:
         return datetime.fromtimestamp(self.enqueued_at_ms / 1000, UTC)
+
+    @property
+    def time_limit(self) -> float | None:
+        """Seconds the sender allowed a handler for this message (``send(time_limit=…)``), or None."""
+        raw = self.headers.get(HEADER_TIME_LIMIT)
+        return int(raw) / 1000 if raw else None
 
     @property
     def redelivered(self) -> bool:
@@ -66,6 +74,11 @@ class Message:
     def reject(self, reason: str = "") -> None:
         """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""
         self._settler._reject(self, reason)
+
+    def give_back(self) -> None:
+        """Returns a message its handler never started on (a worker shutting down with prefetched messages):
+        redelivered at once, and unlike ``release`` it does not count as a delivery."""
+        self._settler._give_back(self)
 
     def keep_alive(self) -> None:
         """Extends the deadline now; automatic keep-alives already run while the message is unsettled."""

@@ -7,11 +7,11 @@ from types import TracebackType
 
 import structlog
 
-from kmq import _kafka
-from kmq._kafka import Delivery
+from kmq import _kafka, wire
 from kmq.config import Config
+from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
-from kmq.markers import MessageId
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -29,13 +29,17 @@ def check_payload(payload: object, limit: int) -> bytes:
     return data
 
 
-def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
+def check_headers(headers: HeadersIn, time_limit: float | None = None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
+    if time_limit is not None:
+        if isinstance(time_limit, bool) or not isinstance(time_limit, int | float) or not time_limit > 0:
+            raise PayloadError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+        out.append((wire.HEADER_TIME_LIMIT, str(round(time_limit * 1000)).encode()))
     for key, value in (headers or {}).items():
         if not isinstance(key, str) or not key:
             raise PayloadError(f"header names must be non-empty strings, got {key!r}")
-        if key.startswith(_kafka.RESERVED_HEADER_PREFIX):
-            raise PayloadError(f"header {key!r}: the prefix {_kafka.RESERVED_HEADER_PREFIX!r} is reserved for kmq")
+        if key.startswith(wire.RESERVED_HEADER_PREFIX):
+            raise PayloadError(f"header {key!r}: the prefix {wire.RESERVED_HEADER_PREFIX!r} is reserved for kmq")
         if isinstance(value, str):
             value = value.encode()
         if not isinstance(value, bytes):
@@ -63,13 +67,15 @@ class Producer:
         return self._queue
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,
-                   on_delivery: DeliveryCallback | None = None) -> Delivery[MessageId]:
+                   on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
+                   ) -> Delivery[MessageId]:
         """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
-        raises DeliveryError."""
+        raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
-        future = self._client.produce_future(self._config.message_topic, data, self._key, check_headers(headers))
+        future = self._client.produce_future(self._config.message_topic, data, self._key,
+                                           check_headers(headers, time_limit))
         if on_delivery is not None:
             callback = on_delivery
 
@@ -80,10 +86,11 @@ class Producer:
             future.add_done_callback(report)
         return future
 
-    def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None) -> MessageId:
+    def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
+             time_limit: float | None = None) -> MessageId:
         """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
-        future = self.send_async(payload, headers)
+        future = self.send_async(payload, headers, time_limit=time_limit)
         try:
             return future.result(wait_s)
         except TimeoutError:

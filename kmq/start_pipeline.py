@@ -12,6 +12,9 @@ backlog (no seek; a second Start is a fresh deadline for the tracker), and nothi
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,12 +22,12 @@ from typing import Protocol
 
 import structlog
 
-from kmq._kafka import Delivery
+from kmq.delivery import Delivery
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
-from kmq.markers import MessageId
 from kmq.message import Message
 from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -54,7 +57,8 @@ class StartPipeline:
     def __init__(self, *, key: bytes, intake: Intake, writer: MarkerWriter, book: OffsetBook,
                  in_flight: InFlightTable, to_message: Callable[[Record], Message],
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
-                 hand_out: Callable[[list[Message]], None], start_timeout_s: float) -> None:
+                 hand_out: Callable[[list[Message]], None], start_timeout_s: float,
+                 stopping: threading.Event | None = None) -> None:
         self._key = key
         self._intake = intake
         self._writer = writer
@@ -63,7 +67,8 @@ class StartPipeline:
         self._to_message = to_message
         self._commit = commit
         self._hand_out = hand_out
-        self._start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._stopping = stopping or threading.Event()
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
         self.waiting = 0
@@ -96,9 +101,10 @@ class StartPipeline:
 
     # 2. commit, 3. hand out
 
-    def advance(self, block: bool) -> None:
+    def advance(self, block: bool, timeout_s: float | None = None) -> None:
         """Commits and hands out the oldest batches whose Starts are durable; with ``block``, waits for the
-        oldest one's Starts first (bounded by the start timeout)."""
+        oldest one's Starts first (up to ``timeout_s``, default the start timeout; on the loop thread, only until
+        the consumer stops)."""
         while self._batches:
             head = self._batches[0]
             if not head.messages:
@@ -107,7 +113,14 @@ class StartPipeline:
                 continue
             if not block and not all(d.done() for d in head.deliveries):
                 return
-            error = _first_error(head.deliveries, self._start_timeout_s)
+            stopping = None if timeout_s is not None else self._stopping
+            if not _wait_done(head.deliveries, self.start_timeout_s if timeout_s is None else timeout_s, stopping):
+                if stopping is not None and stopping.is_set():
+                    return  # the consumer is closing: close() finishes this batch within its own timeout
+                error: BaseException | None = TimeoutError(f"Start markers not acknowledged within "
+                                                           f"{self.start_timeout_s} s")
+            else:
+                error = next((e for e in (d.exception(0) for d in head.deliveries) if e is not None), None)
             if error is not None:
                 log.warning("start_markers_failed", error=str(error), batch=len(head.messages))
                 self.rewind()
@@ -137,15 +150,18 @@ class StartPipeline:
         self._intake.put_back(records)
 
 
-def _first_error(deliveries: Iterable[Delivery[MessageId]], timeout_s: float) -> BaseException | None:
+def _wait_done(deliveries: Iterable[Delivery[MessageId]], timeout_s: float, stopping: threading.Event | None) -> bool:
+    """True once every delivery has its report; False after ``timeout_s`` or once ``stopping`` is set."""
+    deadline = time.monotonic() + timeout_s
     for delivery in deliveries:
-        try:
-            error = delivery.exception(timeout_s)
-        except TimeoutError as err:
-            return err
-        if error is not None:
-            return error
-    return None
+        while not delivery.done():
+            left = deadline - time.monotonic()
+            if left <= 0 or (stopping is not None and stopping.is_set()):
+                return False
+            # In slices while the consumer runs: close() must not wait a whole start timeout for the loop thread.
+            with contextlib.suppress(TimeoutError):
+                delivery.exception(min(left, 0.1) if stopping is not None else left)
+    return True
 
 
 def _first_offsets(records: Iterable[Record]) -> dict[TopicPartitionKey, int]:

@@ -11,12 +11,12 @@ import structlog
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition
 
-from kmq import _kafka
+from kmq import _kafka, wire
 from kmq.config import Config
 from kmq.errors import KafkaClientError, MarkerDecodeError, TopicError
 from kmq.lifecycle import LifecycleFold
 from kmq.marker_batch import decode_record
-from kmq.markers import MessageId
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -83,7 +83,7 @@ class QueueStats:
 
 def group_lag(config: Config, queue: str) -> int:
     """Records on the messages topic the queue's group has not yet committed past (all queues' records)."""
-    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), _kafka.consumer_group(queue),
+    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), wire.consumer_group(queue),
                                                       "kmq-stats-lag"))
     try:
         meta = consumer.list_topics(config.message_topic, timeout=10)
@@ -101,7 +101,7 @@ def group_lag(config: Config, queue: str) -> int:
 def waiting_origins(config: Config, queue: str, timeout_s: float = 30.0) -> set[MessageId]:
     """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
     (redelivered copies included, through their first-id header)."""
-    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), _kafka.consumer_group(queue),
+    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), wire.consumer_group(queue),
                                                       "kmq-stats-waiting"))
     key = queue.encode()
     waiting: set[MessageId] = set()

@@ -6,15 +6,22 @@ import argparse
 import os
 import signal
 import sys
+import threading
 from types import FrameType
+
+import structlog
 
 from kmq import logs
 from kmq.config import Config
-from kmq.errors import KmqError
-from redelivery.metrics import serve
+from kmq.errors import KafkaClientError, KmqError
+from kmq.metrics_http import serve
+from kmq.topics import check_topics
 from redelivery.tracker import RedeliveryTracker
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+WAIT_FOR_BROKER_S = 5.0
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,17 +43,39 @@ def load_config(path: str | None) -> Config:
 
 
 def run(config: Config) -> int:
-    tracker = RedeliveryTracker(config)
+    stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        tracker.stop()
+        stop.set()
+        if tracker is not None:
+            tracker.stop()
 
+    tracker: RedeliveryTracker | None = None
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if not wait_for_topics(config, stop):
+        return EXIT_OK
+    tracker = RedeliveryTracker(config)
+    if stop.is_set():
+        tracker.stop()
     if config.metrics_port:
-        serve(tracker.metrics, config.metrics_port, healthy=lambda: not tracker.stopped)
+        serve(tracker.metrics.registry, config.metrics_host, config.metrics_port, tracker.health)
     tracker.run()
     return EXIT_OK
+
+
+def wait_for_topics(config: Config, stop: threading.Event) -> bool:
+    """Checks the topics (markers with LogAppendTime) before tracking; while the broker cannot be reached, says so
+    every few seconds and tries again (a deployed tracker may start before its broker). False if stopped."""
+    while not stop.is_set():
+        try:
+            check_topics(config, timeout_s=WAIT_FOR_BROKER_S)
+            return True
+        except KafkaClientError as err:
+            log.warning("tracker_waiting_for_kafka", bootstrap_servers=config.bootstrap_servers, error=str(err),
+                        retry_in_s=WAIT_FOR_BROKER_S)
+            stop.wait(WAIT_FOR_BROKER_S)
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,17 +1,13 @@
-"""The tracker's Prometheus metrics and its small HTTP endpoint (/metrics, /healthz)."""
+"""The tracker's Prometheus metrics, in a registry of their own (so tests can run several trackers in one process)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class TrackerMetrics:
-    """All tracker metrics, in a registry of their own (so tests can run several trackers in one process)."""
+    """All tracker metrics. ``kmq_dead_letters_total`` has the same name and label as a worker's, so one query
+    sums both (the tracker dead-letters silent messages, the worker failing ones)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -29,29 +25,3 @@ class TrackerMetrics:
                                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10), registry=r)
         self.consumer_lag = Gauge("kmq_markers_consumer_lag", "Markers not yet read, per partition",
                                   ["partition"], registry=r)
-
-
-def serve(metrics: TrackerMetrics, port: int, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
-    """Serves /metrics and /healthz on ``port`` (all interfaces) from a daemon thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.startswith("/metrics"):
-                body, status, kind = generate_latest(metrics.registry), 200, CONTENT_TYPE_LATEST
-            elif self.path.startswith("/healthz"):
-                ok = healthy()
-                body, status, kind = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
-            else:
-                body, status, kind = b"not found\n", 404, "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    threading.Thread(target=server.serve_forever, name="kmq-metrics", daemon=True).start()
-    return server

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kmq.marker_batch import DecodedBatch
-from kmq.markers import Headers, Marker, MarkerType, MessageId
+from kmq.markers import Headers, Marker, MarkerType
+from kmq.wire import RETURN_REASON, MessageId
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
 COMPACT_FACTOR = 2
@@ -41,6 +42,8 @@ class InFlight:
     marker_offset: int
     start_timestamp_ms: int
     deadline_ms: int
+    #: Given back unprocessed (a RETURN_REASON KeepAlive): the copy keeps ``delivery_count``.
+    returned: bool = False
 
     @property
     def queue(self) -> str:
@@ -78,7 +81,8 @@ class PartitionState:
                        [(marker.message_id, marker.value, marker.headers, marker.delivery_count,
                          marker.first_message_id, marker.enqueued_at_ms)])
         elif marker.type is MarkerType.KEEPALIVE:
-            self.keep_alive(timestamp_ms + marker.redeliver_after_ms, (marker.message_id,))
+            self.keep_alive(timestamp_ms + marker.redeliver_after_ms, (marker.message_id,),
+                            returned=marker.reason == RETURN_REASON)
         else:
             self.end((marker.message_id,))
 
@@ -115,7 +119,7 @@ class PartitionState:
                 heapq.heappush(self._offset_heap, offset)
             self._starts_at[offset] = self._starts_at.get(offset, 0) + added
 
-    def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId]) -> None:
+    def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId], *, returned: bool = False) -> None:
         for message_id in message_ids:
             known = self.in_progress.get(message_id)
             if known is None:
@@ -123,6 +127,7 @@ class PartitionState:
             elif message_id not in self.deadlines:
                 self.stats["keepalive_while_redelivering"] += 1
             else:
+                known.returned = returned
                 known.deadline_ms = deadline_ms
                 self._set_deadline(message_id, deadline_ms)
 

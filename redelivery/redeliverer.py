@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from kmq import _kafka
+from kmq import wire
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.marker_batch import encode_settles
 from kmq.marker_writer import MarkerProducer
@@ -50,8 +50,9 @@ class Attempt:
 
     @property
     def delivery_count(self) -> int:
-        """The copy's delivery count (a dead letter keeps the count it was delivered with)."""
-        return (self.item.delivery_count or 1) + (0 if self.dead_letter else 1)
+        """The copy's delivery count: one more than the Start's, unless no handler saw it (given back) or it is a
+        dead letter (which keeps the count it was delivered with)."""
+        return (self.item.delivery_count or 1) + (0 if self.dead_letter or self.item.returned else 1)
 
 
 class Redeliverer:
@@ -99,11 +100,11 @@ class Redeliverer:
 
     def _headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
         item = attempt.item
-        headers = _kafka.delivery_headers(attempt.delivery_count, item.origin_id,
-                                          item.enqueued_at_ms or item.start_timestamp_ms)
+        headers = wire.DeliveryHeaders(attempt.delivery_count, item.origin_id,
+                                       item.enqueued_at_ms or item.start_timestamp_ms).encode()
         if attempt.dead_letter:
             reason = f"max deliveries ({self._config.max_deliveries}) reached"
-            headers += [(_kafka.HEADER_DLQ_REASON, reason.encode()), (_kafka.HEADER_DLQ_QUEUE, item.key)]
+            headers += [(wire.HEADER_DLQ_REASON, reason.encode()), (wire.HEADER_DLQ_QUEUE, item.key)]
         return headers
 
     # END

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from kmq import _kafka
@@ -26,6 +26,7 @@ from kmq.config import Config
 from kmq.errors import MarkerDecodeError
 from kmq.marker_batch import decode_batch, is_batch
 from kmq.markers import decode
+from kmq.metrics_http import BrokerProbe
 from redelivery.clock import DeadlineClock, Monotonic
 from redelivery.metrics import TrackerMetrics
 from redelivery.partition_state import PartitionState
@@ -36,6 +37,10 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 BATCH = 1000
 POLL_S = 0.05
 METRICS_INTERVAL_S = 5.0
+#: How often an assigned partition whose committed offset could not be read is tried again, and how often the
+#: tracker says it cannot reach the broker.
+RETRY_INIT_S = 1.0
+COMPLAIN_EVERY_S = 5.0
 
 
 @dataclass(slots=True)
@@ -67,10 +72,17 @@ class RedeliveryTracker:
         self._sender = PolledProducer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender")
         self._markers = PolledProducer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
                                        "tracker-markers")
+        self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
+        #: Assigned partitions whose committed offset is not known yet, with the records read for them meanwhile.
+        self._pending: dict[int, list[KafkaMessage]] = {}
+        self._last_init_try = 0.0
+        self._last_complaint = 0.0
+        self._published_queues: set[str] = set()
         self._consumer = KafkaConsumer({
-            **_kafka.consumer_settings(config.replace(client_id=""), _kafka.TRACKER_GROUP, client_id),
+            **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "error_cb": self._on_client_error,
         })
         self._consumer.subscribe([config.marker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_lost)
@@ -79,7 +91,8 @@ class RedeliveryTracker:
 
     def run(self) -> None:
         """Tracks and redelivers until ``stop()``, then hands everything back cleanly."""
-        log.info("tracker_started", marker_topic=self.config.marker_topic, kafka=self.config.redacted_kafka())
+        log.info("tracker_started", marker_topic=self.config.marker_topic, group=self.config.tracker_group,
+                 kafka=self.config.redacted_kafka())
         try:
             while not self._stop.is_set():
                 self._poll_iteration()
@@ -96,6 +109,8 @@ class RedeliveryTracker:
     def _poll_iteration(self) -> None:
         for record in self._consumer.consume(BATCH, POLL_S):
             self._handle(record)
+        if self._pending and self._monotonic() - self._last_init_try >= RETRY_INIT_S:
+            self._init_pending()
         self._check_caught_up()
         self._fire_expired()
         self._redeliverer.poll(self._partitions.__contains__)
@@ -112,6 +127,9 @@ class RedeliveryTracker:
             return
         part = self._partitions.get(record.partition() or 0)
         if part is None:
+            buffered = self._pending.get(record.partition() or 0)
+            if buffered is not None:
+                buffered.append(record)  # applied once the partition's start offset is known
             return
         offset = record.offset() or 0
         timestamp_ms = _kafka.record_timestamp_ms(record)
@@ -153,7 +171,7 @@ class RedeliveryTracker:
             if now_ms is None:
                 continue
             for item in part.state.take_expired(now_ms):
-                dead = 0 < self.config.max_deliveries <= (item.delivery_count or 1)
+                dead = 0 < self.config.max_deliveries <= (item.delivery_count or 1) and not item.returned
                 self._redeliverer.submit(Attempt(p, item, dead))
 
     def _record_redelivery(self, attempt: Attempt) -> None:
@@ -181,8 +199,8 @@ class RedeliveryTracker:
             return
         try:
             self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            log.warning("tracker_commit_failed", error=str(exc))
+        except Exception as err:  # noqa: BLE001 - the next commit carries the same or later offsets
+            log.warning("tracker_commit_failed", error=_describe(err))
 
     def _pause_gc(self) -> None:
         """A rebuild allocates millions of acyclic objects; the cyclic GC would scan them again and again (~30% of
@@ -197,23 +215,45 @@ class RedeliveryTracker:
             gc.enable()
             self._gc_paused = False
 
+    # Rebalance callbacks run inside consume(): an exception there would end the tracker, so each one logs its
+    # failure and leaves the rest to the loop (a partition whose start is unknown is initialised again later).
+
     def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        self._pause_gc()
-        consumer.incremental_assign(partitions)
-        now = self._monotonic()
-        committed = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=10)}
-        for tp in partitions:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            start = committed.get(tp.partition, -1)
-            start = start if start >= 0 else low
-            state = PartitionState(tp.partition, next_offset=start)
+        try:
+            self._pause_gc()
+            consumer.incremental_assign(partitions)
+            for tp in partitions:
+                self._pending[tp.partition] = []
+            log.info("partitions_assigned", partitions=[tp.partition for tp in partitions])
+            self._init_pending()
+        except Exception as err:  # noqa: BLE001 - see above
+            log.error("rebalance_callback_failed", callback="assign", error=_describe(err))
+
+    def _init_pending(self) -> None:
+        """Reads the committed offset and end offset of each pending partition and builds its state; a partition
+        whose offsets cannot be read now stays pending (its records are kept) and is tried again."""
+        self._last_init_try = self._monotonic()
+        topic = self.config.marker_topic
+        for p in list(self._pending):
+            tp = TopicPartition(topic, p)
+            try:
+                committed = self._consumer.committed([tp], timeout=5)[0].offset
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+            except Exception as err:  # noqa: BLE001 - retried
+                log.warning("partition_init_failed", partition=p, error=_describe(err), retry_in_s=RETRY_INIT_S)
+                continue
+            records = self._pending.pop(p)
+            state = PartitionState(p, next_offset=committed if committed >= 0 else low)
             clock = DeadlineClock(self.config.use_now_if_no_marker_seen_ms, self._monotonic)
-            self._partitions[tp.partition] = Partition(state, clock, high, now)
-        log.info("partitions_assigned", partitions=[tp.partition for tp in partitions])
+            self._partitions[p] = Partition(state, clock, high, self._monotonic())
+            for record in records:
+                self._handle(record)
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        self._commit([tp.partition for tp in partitions])
-        self._drop(consumer, partitions, "partitions_revoked")
+        try:
+            self._commit([tp.partition for tp in partitions])
+        finally:
+            self._drop(consumer, partitions, "partitions_revoked")
 
     def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self._drop(consumer, partitions, "partitions_lost")
@@ -221,8 +261,19 @@ class RedeliveryTracker:
     def _drop(self, consumer: KafkaConsumer, partitions: list[TopicPartition], event: str) -> None:
         for tp in partitions:
             self._partitions.pop(tp.partition, None)
-        consumer.incremental_unassign(partitions)
+            self._pending.pop(tp.partition, None)
+        try:
+            consumer.incremental_unassign(partitions)
+        except Exception as err:  # noqa: BLE001 - see above
+            log.error("rebalance_callback_failed", callback=event, error=_describe(err))
         log.info(event, partitions=[tp.partition for tp in partitions])
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # Repeats many times a second while the broker is away: say it every few seconds, with what we wait for.
+        if self._monotonic() - self._last_complaint >= COMPLAIN_EVERY_S:
+            self._last_complaint = self._monotonic()
+            log.warning("tracker_waiting_for_kafka", bootstrap_servers=self.config.bootstrap_servers,
+                        error=err.str(), code=err.name(), assigned=sorted(self._partitions))
 
     def _shutdown(self, timeout_s: float = 20.0) -> None:
         self._resume_gc()
@@ -235,8 +286,16 @@ class RedeliveryTracker:
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._partitions))
-        self._consumer.close()
+        closer = threading.Thread(target=self._close_consumer, name="kmq-tracker-close", daemon=True)
+        closer.start()
+        closer.join(max(1.0, deadline - self._monotonic()))  # with the broker down, leaving the group may hang
         log.info("tracker_stopped", unfinished=redeliverer.unfinished)
+
+    def _close_consumer(self) -> None:
+        try:
+            self._consumer.close()
+        except Exception as err:  # noqa: BLE001 - closing: nothing left to save
+            log.warning("tracker_close_failed", error=_describe(err))
 
     # --- observability ------------------------------------------------------------------------------------
 
@@ -261,15 +320,37 @@ class RedeliveryTracker:
             return
         self._last_publish = now
         clock_ms = max((p.clock.now_ms() or 0 for p in self._partitions.values()), default=0)
-        for queue, figures in self.snapshot()["queues"].items():  # type: ignore[attr-defined]
+        queues: dict[str, dict[str, int]] = self.snapshot()["queues"]  # type: ignore[assignment]
+        for queue in self._published_queues - queues.keys():  # drained, or its partition moved: not stale figures
+            self.metrics.in_flight.labels(queue).set(0)
+            self.metrics.oldest_age.labels(queue).set(0)
+        for queue, figures in queues.items():
             self.metrics.in_flight.labels(queue).set(figures["in_flight"])
             self.metrics.oldest_age.labels(queue).set(max(0, clock_ms - figures["oldest_start_ms"]) / 1000)
+        self._published_queues = set(queues)
+        self.metrics.consumer_lag.clear()
         for p, part in self._partitions.items():
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, p),
-                                                              cached=True) or (0, 0)
+            try:
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, p),
+                                                                  cached=True) or (0, 0)
+            except Exception:  # noqa: BLE001 - a gauge can wait for the next round
+                continue
             self.metrics.consumer_lag.labels(str(p)).set(max(0, high - part.state.next_offset))
+
+    def health(self) -> str | None:
+        """For /healthz: None when healthy, else why not."""
+        if self.stopped:
+            return "stopping"
+        return self._probe()
 
     @property
     def partitions(self) -> dict[int, Partition]:
         return self._partitions
+
+
+def _describe(err: BaseException) -> str:
+    """One line for any error, a bare KafkaError (which formats badly) included."""
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        return f"{err.args[0].str()} ({err.args[0].name()})"
+    return f"{type(err).__name__}: {err}"
 

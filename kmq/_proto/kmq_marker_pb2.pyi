@@ -103,10 +103,12 @@ class Settle(_message.Message):
         REJECT: _ClassVar[Settle.Kind]
         REDELIVERED: _ClassVar[Settle.Kind]
         DEAD_LETTERED: _ClassVar[Settle.Kind]
+        RETURNED: _ClassVar[Settle.Kind]
     RELEASE: Settle.Kind
     REJECT: Settle.Kind
     REDELIVERED: Settle.Kind
     DEAD_LETTERED: Settle.Kind
+    RETURNED: Settle.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]

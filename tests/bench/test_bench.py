@@ -19,8 +19,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from kmq import Config, Service, logs
 from kmq.marker_batch import decode_record, encode_starts
-from kmq.markers import Marker, MarkerType, MessageId, encode
+from kmq.markers import Marker, MarkerType, encode
 from kmq.topics import create_topics
+from kmq.wire import MessageId
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, percentiles, write
 from tests.bench.tracker_probe import TrackerProbe

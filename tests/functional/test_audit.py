@@ -11,7 +11,8 @@ from confluent_kafka import Producer as RawProducer
 
 from kmq import Service
 from kmq.audit.job import AuditOptions, run
-from kmq.markers import Marker, MarkerType, MessageId, encode
+from kmq.markers import Marker, MarkerType, encode
+from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_thread
 from tests.markers_io import wait_for

@@ -7,8 +7,8 @@ import pytest
 
 from kmq import Service
 from kmq.demo import report
-from kmq.markers import MessageId
 from kmq.stats import MarkerScanner, waiting_origins
+from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n
 

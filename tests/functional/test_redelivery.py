@@ -12,7 +12,8 @@ from confluent_kafka.admin import AdminClient
 from kmq import Service
 from kmq._kafka import TRACKER_GROUP
 from kmq.dlq import list_dead_letters, redrive
-from kmq.markers import Marker, MarkerType, MessageId, encode
+from kmq.markers import Marker, MarkerType, encode
+from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_process, tracker_thread
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kmq._kafka import Delivery
-from kmq.markers import MessageId
+from kmq.delivery import Delivery
+from kmq.wire import MessageId
 
 
 @dataclass

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
 from kmq.marker_batch import BATCH_PREFIX, decode_record, encode_settles, encode_starts, is_batch
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode, encode
+from kmq.markers import EndReason, Marker, MarkerType, decode, encode
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 from tests.unit.fakes import FakeStart
 from tests.unit.test_markers import markers, message_ids
@@ -36,8 +37,8 @@ def test_a_start_batch_decodes_to_the_starts_a_per_message_consumer_would_write(
         for s in batch]
 
 
-releases = st.builds(lambda mid, delay: Marker(MarkerType.KEEPALIVE, mid, delay, reason=RELEASE_REASON),
-                     message_ids, st.integers(0, 2**40))
+releases = st.builds(lambda mid, delay, why: Marker(MarkerType.KEEPALIVE, mid, delay, reason=why),
+                     message_ids, st.integers(0, 2**40), st.sampled_from([RELEASE_REASON, RETURN_REASON]))
 ends = st.builds(lambda mid, why, text: Marker(MarkerType.END, mid, end_reason=why, reason=text),
                  message_ids, st.sampled_from([EndReason.REJECTED, EndReason.REDELIVERED, EndReason.DEAD_LETTERED]),
                  st.text(max_size=20))

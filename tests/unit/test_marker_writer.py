@@ -9,7 +9,8 @@ import pytest
 from kmq import Config
 from kmq.marker_batch import decode_record, is_batch
 from kmq.marker_writer import MarkerWriter
-from kmq.markers import RELEASE_REASON, EndReason, Marker, MarkerType, MessageId, decode
+from kmq.markers import EndReason, Marker, MarkerType, decode
+from kmq.wire import RELEASE_REASON, MessageId
 from tests.markers_io import wait_for
 from tests.unit.fakes import FakeProducer, FakeStart
 

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kmq.marker_batch import decode_batch, decode_record, encode_settles, encode_starts
-from kmq.markers import Marker, MarkerType, MessageId
+from kmq.markers import Marker, MarkerType
+from kmq.wire import MessageId
 from redelivery.partition_state import PartitionState
 from tests.unit.fakes import FakeStart
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kmq import Config
 from kmq.marker_batch import decode_record
-from kmq.markers import EndReason, MarkerType, MessageId, decode
+from kmq.markers import EndReason, MarkerType, decode
+from kmq.wire import MessageId
 from redelivery.partition_state import InFlight
 from redelivery.redeliverer import Attempt, Redeliverer, Step
 from tests.unit.fakes import FakeProducer

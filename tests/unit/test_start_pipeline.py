@@ -12,10 +12,11 @@ from kmq.commit_policy import CommitPolicy
 from kmq.intake import Intake
 from kmq.marker_batch import decode_record
 from kmq.marker_writer import MarkerWriter
-from kmq.markers import MarkerType, MessageId
+from kmq.markers import MarkerType
 from kmq.message import Message
 from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
 from kmq.start_pipeline import StartPipeline
+from kmq.wire import MessageId
 from tests.unit.fakes import FakeFetchClient, FakeProducer, FakeRecord, Part
 
 

@@ -1,0 +1,82 @@
+"""The small HTTP endpoint a worker or tracker serves: /metrics (Prometheus) and /healthz, and the broker probe
+behind /healthz."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: How long a probe's answer is reused: a scraper polling /healthz every second costs one metadata call per 5 s.
+PROBE_CACHE_S = 5.0
+PROBE_TIMEOUT_S = 2.0
+
+
+class Health(Protocol):
+    def __call__(self) -> str | None:
+        """None when healthy, else why not (one line)."""
+
+
+class MetadataClient(Protocol):
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object: ...
+
+
+class BrokerProbe:
+    """Healthy while the broker answers a metadata request naming ``topic`` and the topic exists."""
+
+    def __init__(self, client: MetadataClient, topic: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
+        self._topic = topic
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._checked_at = -PROBE_CACHE_S
+        self._problem: str | None = None
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            if self._monotonic() - self._checked_at >= PROBE_CACHE_S:
+                self._problem = self._check()
+                self._checked_at = self._monotonic()
+            return self._problem
+
+    def _check(self) -> str | None:
+        try:
+            meta = self._client.list_topics(self._topic, timeout=PROBE_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - any failure to answer is "unhealthy", with its text
+            return f"broker unreachable: {err}"
+        info = getattr(meta, "topics", {}).get(self._topic)
+        if info is None or getattr(info, "error", None) is not None:
+            return f"topic {self._topic!r} does not exist"
+        return None
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> ThreadingHTTPServer:
+    """Serves /metrics and /healthz (200 "ok", or 503 and the reason) on ``host:port`` from a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/metrics"):
+                body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
+            elif self.path.startswith("/healthz"):
+                problem = health()
+                body = b"ok\n" if problem is None else f"unhealthy: {problem}\n".encode()
+                status, kind = (200 if problem is None else 503), "text/plain"
+            else:
+                body, status, kind = b"not found\n", 404, "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="kmq-metrics", daemon=True).start()
+    return server

@@ -1,0 +1,91 @@
+"""kmq's wire conventions, spelled once: message ids, header names, marker reasons, group names.
+
+Everything another process reads back (a consumer, a tracker, the dead-letter tools, the audit, a kafka-mq-go
+component) is named here. Pure: no Kafka imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+
+class MessageId(NamedTuple):
+    """Where a record sits on the messages topic: (partition, offset). A tuple, so hashing and comparing it (once
+    per message in the consumer's in-flight table and the tracker's state) run in C."""
+
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> MessageId:
+        partition, _, offset = text.partition(":")
+        return cls(int(partition), int(offset))
+
+
+# --- headers of messages-topic and dead-letter records ---------------------------------------------------------
+
+#: Headers with this prefix are kmq's; user headers may not use it.
+RESERVED_HEADER_PREFIX = "kmq-"
+#: On a redelivered copy or a dead letter: how many times a handler has had the message.
+HEADER_DELIVERY_COUNT = "kmq-delivery-count"
+#: On a redelivered copy or a dead letter: the first delivery's MessageId, which links every copy to the original.
+HEADER_FIRST_ID = "kmq-first-message-id"
+#: On a redelivered copy or a dead letter: when the original was produced (ms since the epoch).
+HEADER_ENQUEUED_AT = "kmq-enqueued-at-ms"
+#: Optional, set by the producer: the handler's time limit for this message (ms), overriding the worker's.
+HEADER_TIME_LIMIT = "kmq-time-limit-ms"
+#: On a dead letter: why it was dead-lettered, and the queue it came from.
+HEADER_DLQ_REASON = "kmq-dead-letter-reason"
+HEADER_DLQ_QUEUE = "kmq-queue"
+#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit stays visible: it travels
+#: with the payload through Starts and redelivered copies).
+INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
+                              HEADER_DLQ_QUEUE})
+
+
+class DeliveryHeaders(NamedTuple):
+    """The kmq header triple of a record; ``first_message_id`` None and ``enqueued_at_ms`` 0 when absent."""
+
+    delivery_count: int
+    first_message_id: MessageId | None
+    enqueued_at_ms: int
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, bytes]) -> DeliveryHeaders:
+        first = headers.get(HEADER_FIRST_ID)
+        enqueued = headers.get(HEADER_ENQUEUED_AT)
+        return cls(int(headers.get(HEADER_DELIVERY_COUNT) or b"1"),
+                   MessageId.parse(first.decode()) if first else None,
+                   int(enqueued) if enqueued else 0)
+
+    def encode(self) -> list[tuple[str, bytes]]:
+        headers = [(HEADER_DELIVERY_COUNT, str(self.delivery_count).encode())]
+        if self.first_message_id is not None:
+            headers.append((HEADER_FIRST_ID, str(self.first_message_id).encode()))
+        if self.enqueued_at_ms:
+            headers.append((HEADER_ENQUEUED_AT, str(self.enqueued_at_ms).encode()))
+        return headers
+
+
+# --- marker reasons ------------------------------------------------------------------------------------------
+
+#: ``reason`` of the KeepAlive that gives a message back after a handler had it (release): tells it from a
+#: keep-alive. The copy counts one more delivery.
+RELEASE_REASON = "released"
+#: ``reason`` of the KeepAlive that gives back a message no handler saw (a consumer's close or a worker's
+#: shutdown returns its prefetched messages): the copy keeps the delivery count.
+RETURN_REASON = "returned"
+
+# --- consumer groups -----------------------------------------------------------------------------------------
+
+#: kafka-mq-go's tracker group; ``Config.tracker_group`` defaults to it.
+TRACKER_GROUP = "kafka-mq-redelivery"
+
+
+def consumer_group(queue: str) -> str:
+    """kafka-mq-go's group name, so Go and Python consumers of one queue share a group."""
+    return f"kafka-mq-{queue}"

@@ -72,7 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--processes", action="store_true", help="run the handler in processes (CPU-bound work)")
     worker.add_argument("--backoff-base", type=float, default=1.0, help="seconds before the first retry")
     worker.add_argument("--backoff-max", type=float, default=300.0, help="longest retry delay in seconds")
-    worker.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to finish work on SIGTERM")
+    worker.add_argument("--drain-timeout", type=float, default=30.0,
+                        help="seconds running handlers get to finish on SIGTERM (default 30)")
+    worker.add_argument("--close-timeout", type=float, default=10.0,
+                        help="then seconds to write the last markers and leave the group, even with the broker down "
+                             "(default 10)")
+    worker.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="stop a handler run after this long and release its message (a failed delivery)")
+    worker.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port")
 
     tracker = _sub(subs, "tracker", "Run a redelivery tracker replica (same as kmq-redelivery-tracker).")
     tracker.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port")
@@ -175,12 +182,17 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
     sys.path.insert(0, os.getcwd())
     handler = load_handler(args.handler)
+    if args.metrics_port is not None:
+        config = config.replace(metrics_port=args.metrics_port)
     worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,
                     processes=args.processes, handler_spec=args.handler,
                     backoff=Backoff(base_s=args.backoff_base, max_s=args.backoff_max),
-                    drain_timeout_s=args.drain_timeout)
-    counts = worker.run()
-    print(json.dumps(dict(counts)))
+                    drain_timeout_s=args.drain_timeout, close_timeout_s=args.close_timeout,
+                    time_limit_s=args.time_limit)
+    try:
+        worker.run()
+    finally:
+        print(json.dumps(dict(worker.counts)))  # what was done, also when the end was not clean
     return EXIT_OK
 
 

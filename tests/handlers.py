@@ -26,3 +26,37 @@ def always_fail(message: Message) -> None:
 
 def slow(message: Message) -> None:
     time.sleep(60)
+
+
+def _note(message: Message, **extra: object) -> None:
+    """Appends one JSON line about this handler run to $KMQ_TEST_RECORD (O_APPEND: atomic across processes)."""
+    import json
+    import os
+
+    line = json.dumps({"payload": message.payload.decode(), "message_id": str(message.message_id),
+                       "first_message_id": str(message.first_message_id), "delivery_count": message.delivery_count,
+                       "enqueued_at_ms": message.enqueued_at_ms, "pid": os.getpid(), **extra})
+    with open(os.environ["KMQ_TEST_RECORD"], "a") as out:
+        out.write(line + "\n")
+
+
+def note_slowly(message: Message) -> None:
+    """Notes the run, then takes 0.3 s."""
+    _note(message)
+    time.sleep(0.3)
+
+
+def spin_unless_ok(message: Message) -> None:
+    """Returns at once for payload "ok"; otherwise runs (interruptibly) for ever."""
+    _note(message)
+    while message.payload != b"ok":
+        time.sleep(0.05)
+
+
+def release_first_then_ack(message: Message) -> None:
+    """Settles the message itself: releases the first delivery, acks the second."""
+    _note(message)
+    if message.delivery_count == 1:
+        message.release(0)
+    else:
+        message.ack()

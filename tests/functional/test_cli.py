@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,26 @@ def kmq(config: Config | None, *args: str, stdin: str | None = None, timeout: fl
                           input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftover_workers() -> Iterator[None]:
+    """A failed test must not leave its worker running into the next one."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 def start_worker(config: Config, handler: str, queue: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", handler, "--queue", queue,
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", handler, "--queue", queue,
                              "--backoff-base", "0.2", "--backoff-max", "0.5", *extra], cwd=ROOT,
                             env=env_for(config), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    _started.append(proc)
+    return proc
 
 
 def stop(proc: subprocess.Popen[str]) -> dict[str, int]:
@@ -57,7 +74,7 @@ def test_send_then_a_worker_processes_everything(kmq_config: ConfigFactory) -> N
     sent = kmq(config, "send", "cli", "load-{i}", "--count", "20")
     assert sent.returncode == 0 and "sent 20 message(s)" in sent.stdout
     worker = start_worker(config, "tests.handlers:record", "cli", "--concurrency", "3")
-    assert wait_for(lambda: _stats(config, "cli")["acked"] == 23, timeout_s=40)
+    assert wait_for(lambda: stats(config, "cli")["acked"] == 23, timeout_s=40)
     assert stop(worker) == {"acked": 23}
 
 
@@ -66,10 +83,10 @@ def test_a_handler_that_fails_twice_is_acked_on_delivery_3(kmq_config: ConfigFac
     with tracker_thread(config):
         assert kmq(config, "send", "flaky", "job").returncode == 0
         worker = start_worker(config, "tests.handlers:fail_twice", "flaky")
-        assert wait_for(lambda: _stats(config, "flaky")["acked"] == 1, timeout_s=40)
+        assert wait_for(lambda: stats(config, "flaky")["acked"] == 1, timeout_s=40)
         counts = stop(worker)
     assert counts == {"released": 2, "acked": 1}
-    assert _stats(config, "flaky")["deliveries"] == 3
+    assert stats(config, "flaky")["deliveries"] == 3
 
 
 def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_brings_it_back(
@@ -79,14 +96,14 @@ def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_b
     with tracker_thread(config):
         assert kmq(config, "send", "doomed", "poison").returncode == 0
         worker = start_worker(config, "tests.handlers:always_fail", "doomed")
-        assert wait_for(lambda: _stats(config, "doomed")["dead_lettered"] == 1, timeout_s=40)
+        assert wait_for(lambda: stats(config, "doomed")["dead_lettered"] == 1, timeout_s=40)
         assert stop(worker) == {"released": 1, "dead_lettered": 1}
         listed = kmq(config, "dlq", "list", "doomed")
         assert listed.returncode == 0 and "poison" in listed.stdout and "failed 2 times" in listed.stdout
         redriven = kmq(config, "dlq", "redrive", "doomed")
         assert redriven.returncode == 0 and "redrove 1 message(s)" in redriven.stdout
         worker = start_worker(config, "tests.handlers:record", "doomed")
-        assert wait_for(lambda: _stats(config, "doomed")["acked"] == 1, timeout_s=40)
+        assert wait_for(lambda: stats(config, "doomed")["acked"] == 1, timeout_s=40)
         assert stop(worker) == {"acked": 1}
 
 
@@ -95,7 +112,7 @@ def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_confi
     assert kmq(config, "send", "slow", "s-{i}", "--count", "3").returncode == 0
     worker = start_worker(config, "tests.handlers:slow", "slow", "--concurrency", "3", "--drain-timeout", "1")
     try:
-        assert wait_for(lambda: _stats(config, "slow")["in_flight"] == 3, timeout_s=40)
+        assert wait_for(lambda: stats(config, "slow")["in_flight"] == 3, timeout_s=40)
         table = kmq(config, "stats")
         assert table.returncode == 0
         row = next(line for line in table.stdout.splitlines() if line.startswith("slow "))
@@ -105,7 +122,7 @@ def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_confi
         worker.communicate(timeout=60)
 
 
-def _stats(config: Config, queue: str) -> dict[str, int]:
+def stats(config: Config, queue: str) -> dict[str, int]:
     result = kmq(config, "stats", "--json", "--queue", queue)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)[0]  # type: ignore[no-any-return]
@@ -138,7 +155,7 @@ def test_a_worker_in_process_mode_runs_the_handler_in_a_pool(kmq_config: ConfigF
     config = kmq_config()
     assert kmq(config, "send", "cpu", "c-{i}", "--count", "5").returncode == 0
     worker = start_worker(config, "tests.handlers:record", "cpu", "--processes", "--concurrency", "2")
-    assert wait_for(lambda: _stats(config, "cpu")["acked"] == 5, timeout_s=60)
+    assert wait_for(lambda: stats(config, "cpu")["acked"] == 5, timeout_s=60)
     assert stop(worker) == {"acked": 5}
 
 

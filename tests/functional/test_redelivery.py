@@ -10,10 +10,9 @@ from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
 
 from kmq import Service
-from kmq._kafka import TRACKER_GROUP
 from kmq.dlq import list_dead_letters, redrive
 from kmq.markers import Marker, MarkerType, encode
-from kmq.wire import MessageId
+from kmq.wire import TRACKER_GROUP, MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_process, tracker_thread
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
@@ -227,10 +226,13 @@ def test_a_start_marker_written_with_the_plain_upstream_schema_is_redelivered(km
     assert (msg.payload, msg.delivery_count, str(msg.first_message_id)) == (b"from-go", 2, "0:7")
 
 
-def test_the_metrics_endpoint_serves_prometheus_figures_and_healthz(kmq_config: ConfigFactory) -> None:
+def test_the_metrics_endpoint_serves_fresh_figures_and_healthz_says_when_the_markers_topic_is_gone(
+    kmq_config: ConfigFactory, admin: AdminClient,
+) -> None:
+    import urllib.error
     import urllib.request
 
-    from redelivery.metrics import serve
+    from kmq.metrics_http import serve
     from tests.helpers import free_port
 
     config = kmq_config(marker_partitions=1)
@@ -240,7 +242,7 @@ def test_the_metrics_endpoint_serves_prometheus_figures_and_healthz(kmq_config: 
     assert raw.flush(10) == 0
     port = free_port()
     with tracker_thread(config.replace(metrics_port=port)) as tracker:
-        server = serve(tracker.metrics, port, healthy=lambda: not tracker.stopped)
+        server = serve(tracker.metrics.registry, "127.0.0.1", port, tracker.health)
         try:
             def scraped() -> str:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -251,6 +253,21 @@ def test_the_metrics_endpoint_serves_prometheus_figures_and_healthz(kmq_config: 
             assert "kmq_malformed_markers_total 1.0" in text and "kmq_rebuild_seconds_count 1.0" in text
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
                 assert response.status == 200 and response.read() == b"ok\n"
+            # Drained: the gauge follows (it stayed at 1 before).
+            raw.produce(config.marker_topic, encode(Marker(MarkerType.END, MessageId(0, 0))), b"m")
+            assert raw.flush(10) == 0
+            assert wait_for(lambda: 'kmq_in_flight{queue="m"} 0.0' in scraped(), timeout_s=30)
+
+            def health() -> tuple[int, bytes]:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+                        return response.status, response.read()
+                except urllib.error.HTTPError as err:
+                    return err.code, err.read()
+
+            admin.delete_topics([config.marker_topic])[config.marker_topic].result(30)
+            assert wait_for(lambda: health()[0] == 503, timeout_s=30)
+            assert b"does not exist" in health()[1]
         finally:
             server.shutdown()
             server.server_close()

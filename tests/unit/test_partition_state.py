@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kmq.marker_batch import decode_batch, decode_record, encode_settles, encode_starts
 from kmq.markers import Marker, MarkerType
-from kmq.wire import MessageId
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 from redelivery.partition_state import PartitionState
 from tests.unit.fakes import FakeStart
 
@@ -158,3 +158,13 @@ class PartitionStateMachine(RuleBasedStateMachine):
 
 
 TestPartitionStateMachine = PartitionStateMachine.TestCase
+
+
+def test_a_returned_message_expires_at_once_and_is_marked_so_its_copy_keeps_the_count() -> None:
+    state = PartitionState(0)
+    state.apply(0, 0, Marker(MarkerType.START, MessageId(0, 0), 60_000, b"q", b"p", delivery_count=2))
+    state.apply(0, 0, Marker(MarkerType.START, MessageId(0, 1), 60_000, b"q", b"p", delivery_count=2))
+    state.apply(1, 500, Marker(MarkerType.KEEPALIVE, MessageId(0, 0), 0, reason=RETURN_REASON))
+    state.apply(1, 500, Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 0, reason=RELEASE_REASON))
+    expired = state.take_expired(501)
+    assert [(i.message_id.offset, i.returned) for i in expired] == [(0, True), (1, False)]

@@ -87,3 +87,12 @@ def test_a_dead_letter_keeps_its_delivery_count_and_says_why() -> None:
     headers = dict(copy.headers)
     assert headers["kmq-delivery-count"] == b"3" and headers["trace"] == b"t"
     assert headers["kmq-dead-letter-reason"] == b"max deliveries (3) reached"
+
+
+def test_a_copy_counts_one_more_delivery_unless_the_message_was_given_back_unprocessed() -> None:
+    redeliverer, sender, _, _, _ = _rig()
+    released, returned = _item(1, count=2), _item(2, count=2)
+    returned.returned = True
+    redeliverer.submit(Attempt(0, released, dead_letter=False))
+    redeliverer.submit(Attempt(0, returned, dead_letter=False))
+    assert [dict(r.headers)["kmq-delivery-count"] for r in sender.records] == [b"3", b"2"]

@@ -1,0 +1,152 @@
+"""The worker under restarts, time limits, process mode and a broker outage (``kmq worker`` subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kmq import Config
+from tests.conftest import ConfigFactory
+from tests.functional.test_cli import kmq, stats
+from tests.helpers import ROOT, env_for, tracker_thread
+from tests.markers_io import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Workers:
+    """Starts ``kmq worker`` processes; every one still running at the test's end is killed, whatever its outcome."""
+
+    def __init__(self, record: Path) -> None:
+        self.record = record
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, config: Config, handler: str, queue: str, *extra: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", handler, "--queue", queue,
+                                 "--backoff-base", "0.2", "--backoff-max", "0.5", *extra], cwd=ROOT,
+                                env={**env_for(config), "KMQ_TEST_RECORD": str(self.record)},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def runs(self) -> list[dict[str, object]]:
+        """Every handler run noted so far (tests.handlers._note)."""
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(tmp_path / "runs.jsonl")
+    yield started
+    for proc in started.procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def terminate(proc: subprocess.Popen[str], timeout_s: float = 60) -> tuple[int, dict[str, int], str, float]:
+    """SIGTERM, then (exit code, the printed counts, stderr, seconds to exit)."""
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=timeout_s)
+    lines = out.strip().splitlines()
+    return proc.returncode, (json.loads(lines[-1]) if lines else {}), err, time.monotonic() - started
+
+
+def test_three_rolling_restarts_dead_letter_nothing_and_count_only_handler_runs(
+    kmq_config: ConfigFactory, workers: Workers,
+) -> None:
+    # Each worker prefetches 32 of the 40 jobs, runs ~2 and is SIGTERMed: the rest go back unprocessed. Counted as
+    # deliveries, 3 cycles would push jobs no handler ran to max_deliveries and onto the dead-letter topic.
+    config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=3)
+    assert kmq(config, "send", "rolling", "job-{i}", "--count", "40").returncode == 0
+    with tracker_thread(config):
+        for cycle in range(3):
+            before = len(workers.runs())
+            worker = workers.start(config, "tests.handlers:note_slowly", "rolling")
+            assert wait_for(lambda b=before: len(workers.runs()) >= b + 2, timeout_s=40), f"cycle {cycle}"
+            code, counts, err, _ = terminate(worker)
+            assert code == 0, err
+            assert counts.get("returned", 0) > 0, counts
+        worker = workers.start(config, "tests.handlers:note_slowly", "rolling", "--concurrency", "8")
+        assert wait_for(lambda: stats(config, "rolling")["acked"] == 40, timeout_s=60), stats(config, "rolling")
+        code, _, err, _ = terminate(worker)
+        assert code == 0, err
+    figures = stats(config, "rolling")
+    assert figures["dead_lettered"] == 0, figures
+    runs = workers.runs()
+    assert {r["payload"] for r in runs} == {f"job-{i}" for i in range(40)}
+    assert {r["delivery_count"] for r in runs} == {1}, "a handler saw a count its runs do not explain"
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+def test_a_handler_past_its_time_limit_is_stopped_released_and_finally_dead_lettered(
+    kmq_config: ConfigFactory, workers: Workers, mode: str,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=2)
+    extra = ["--processes"] if mode == "processes" else []
+    with tracker_thread(config):
+        assert kmq(config, "send", "hung", "spin").returncode == 0
+        worker = workers.start(config, "tests.handlers:spin_unless_ok", "hung", "--time-limit", "1", *extra)
+        assert wait_for(lambda: stats(config, "hung")["dead_lettered"] == 1, timeout_s=60), stats(config, "hung")
+        # The one worker slot is free again: the next job runs and is acked.
+        assert kmq(config, "send", "hung", "ok").returncode == 0
+        assert wait_for(lambda: stats(config, "hung")["acked"] == 1, timeout_s=30)
+        code, counts, err, _ = terminate(worker)
+    assert code == 0, err
+    assert counts == {"timed_out": 2, "released": 1, "dead_lettered": 1, "acked": 1}
+    assert "TimeLimitExceeded" in err and "message_dead_lettered" in err
+    spins = [r for r in workers.runs() if r["payload"] == "spin"]
+    assert [r["delivery_count"] for r in spins] == [1, 2]
+    if mode == "processes":
+        assert len({r["pid"] for r in workers.runs()}) == 3, "each timed-out child is replaced"
+
+
+def test_in_process_mode_the_handler_gets_real_metadata_and_can_settle_the_message(
+    kmq_config: ConfigFactory, workers: Workers,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=10_000)
+    with tracker_thread(config):
+        assert kmq(config, "send", "proc", "job").returncode == 0
+        worker = workers.start(config, "tests.handlers:release_first_then_ack", "proc", "--processes")
+        assert wait_for(lambda: stats(config, "proc")["acked"] == 1, timeout_s=60)
+        code, counts, err, _ = terminate(worker)
+    assert code == 0, err
+    assert counts == {"released": 1, "acked": 1}
+    first, second = workers.runs()
+    assert first["message_id"] == first["first_message_id"] != "-1:-1"
+    assert second["first_message_id"] == first["message_id"] != second["message_id"]
+    assert (first["delivery_count"], second["delivery_count"]) == (1, 2)
+    assert first["enqueued_at_ms"] == second["enqueued_at_ms"] > 1_700_000_000_000
+
+
+def test_acks_lost_in_a_broker_outage_give_a_non_zero_exit_within_the_close_timeout(workers: Workers) -> None:
+    from kmq.testing.broker import LocalKafka
+
+    broker = LocalKafka().start()
+    try:
+        config = Config(bootstrap_servers=broker.bootstrap_servers, connect_timeout_ms=3_000)
+        assert kmq(config, "topics", "create", "--partitions", "2", "--marker-partitions", "1").returncode == 0
+        assert kmq(config, "send", "outage", "job-{i}", "--count", "200").returncode == 0
+        worker = workers.start(config, "tests.handlers:note_slowly", "outage", "--concurrency", "4",
+                               "--drain-timeout", "2", "--close-timeout", "5")
+        assert wait_for(lambda: len(workers.runs()) >= 8, timeout_s=40)
+    finally:
+        broker.stop()
+    # Handlers go on acking their prefetched jobs; none of those acks can be written now.
+    assert wait_for(lambda: len(workers.runs()) >= 16, timeout_s=20)
+    code, counts, err, seconds = terminate(worker)
+    assert code == 1, err
+    assert seconds < 2 + 5 + 5, f"stopped after {seconds:.1f} s"
+    error_lines = [line for line in err.splitlines() if line.startswith("kmq worker: error:")]
+    assert len(error_lines) == 1 and "were not written" in error_lines[0], err
+    assert counts.get("acked", 0) > 0

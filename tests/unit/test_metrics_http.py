@@ -1,0 +1,56 @@
+"""/healthz: unhealthy, with the reason, when the broker does not answer or the markers topic is missing."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+from prometheus_client import CollectorRegistry
+
+from kmq.metrics_http import BrokerProbe, serve
+from tests.helpers import free_port
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.topics: dict[str, object] = {"kmq.markers": SimpleNamespace(error=None)}
+        self.down = False
+        self.calls = 0
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object:
+        self.calls += 1
+        if self.down:
+            raise RuntimeError("KafkaError{code=_TRANSPORT}")
+        return SimpleNamespace(topics=self.topics)
+
+
+def test_the_probe_reports_an_unreachable_broker_and_a_missing_topic_and_caches_its_answer() -> None:
+    client, now = _Client(), [0.0]
+    probe = BrokerProbe(client, "kmq.markers", lambda: now[0])
+    assert probe() is None
+    client.down = True
+    assert probe() is None and client.calls == 1  # cached for 5 s
+    now[0] = 5.0
+    assert "broker unreachable" in (probe() or "")
+    client.down, client.topics, now[0] = False, {}, 10.0
+    assert probe() == "topic 'kmq.markers' does not exist"
+
+
+def test_healthz_is_503_with_the_reason_and_binds_loopback() -> None:
+    problem: list[str | None] = [None]
+    port = free_port()
+    server = serve(CollectorRegistry(), "127.0.0.1", port, lambda: problem[0])
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as ok:
+            assert ok.status == 200
+        problem[0] = "broker unreachable: down"
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5)
+            raise AssertionError("expected 503")
+        except urllib.error.HTTPError as err:
+            assert err.code == 503 and b"broker unreachable" in err.read()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,5 +1,7 @@
 """kmq: SQS-style queues with per-message acknowledgement on Apache Kafka."""
 
+
+from kmq import logs
 from kmq.config import Config
 from kmq.consumer import Consumer
 from kmq.delivery import Delivery
@@ -44,3 +46,6 @@ __all__ = [
     "Service",
     "TopicError",
 ]
+
+# A library must not write to stdout: structlog's default does, unless the application configured it.
+logs.use_stderr_by_default()

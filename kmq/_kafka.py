@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -16,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka import Producer as KafkaProducer
 
-from kmq import wire
+from kmq import logs, wire
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KafkaClientError
@@ -36,15 +35,9 @@ OWNERSHIP_LOST = frozenset({
 })
 
 
-def _librdkafka_logger() -> logging.Logger:
-    logger = logging.getLogger("kmq.librdkafka")
-    logger.setLevel(logging.WARNING)
-    return logger
-
-
 def base_settings(config: Config, client_id: str) -> dict[str, Any]:
     settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id,
-                                "logger": _librdkafka_logger()}
+                                "logger": logs.librdkafka_logger()}
     settings.update(config.kafka)
     return settings
 

@@ -12,12 +12,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
-from kmq import logs
+from confluent_kafka import KafkaError, KafkaException
+
+from kmq import _kafka, logs
 from kmq.config import Config
-from kmq.errors import KmqError
+from kmq.errors import ConfigError, KmqError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -34,55 +37,98 @@ EXAMPLES = {
 }
 
 
-def _sub(subs: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str,
-         ) -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (exit 2), pointing at --help instead of printing the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type[int] | type[float], low: float, *, above: bool = False,
+            high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: ``kind`` at least ``low`` (greater, with ``above``), at most ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
+                from None
+        if value < low or (above and value == low) or (high is not None and value > high):
+            bound = f"> {low}" if above else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}{f' and <= {high}' if high is not None else ''}, "
+                                             f"got {text}")
+        return value
+    return parse
+
+
+COUNT = _number(int, 1)
+SECONDS = _number(float, 0)
+PORT = _number(int, 0, high=65535)
+
+
+def _log_level(text: str) -> str:
+    if text.lower() not in logs.LEVELS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(logs.LEVELS)}, got {text!r}")
+    return text.lower()
+
+
+def _add_log_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    # Accepted before and after the subcommand; the subcommand's only override what was given there.
+    parser.add_argument("--log-level", type=_log_level,
+                        default=os.environ.get("KMQ_LOG_LEVEL", "warning") if defaults else argparse.SUPPRESS,
+                        help="debug, info, warning (default; $KMQ_LOG_LEVEL), error")
+    parser.add_argument("--log-json", action="store_true", default=False if defaults else argparse.SUPPRESS,
+                        help="JSON log lines instead of key=value")
+
+
+def _sub(subs: argparse._SubParsersAction[_Parser], name: str, help_text: str) -> _Parser:
     parser = subs.add_parser(name, help=help_text, description=help_text, epilog=f"example:\n  {EXAMPLES[name]}",
                              formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=os.environ.get("KMQ_CONFIG"),
                         help="YAML config file (default: $KMQ_CONFIG; KMQ_* variables override it)")
+    _add_log_options(parser, defaults=False)
     return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kmq", description="SQS-style queues on Apache Kafka.",
-                                     epilog="Run `kmq COMMAND --help` for a command's options and an example.")
-    parser.add_argument("--log-level", default=os.environ.get("KMQ_LOG_LEVEL", "warning"))
-    parser.add_argument("--log-json", action="store_true", help="JSON log lines instead of key=value")
-    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="kmq", description="SQS-style queues on Apache Kafka.",
+                     epilog="Run `kmq COMMAND --help` for a command's options and an example.")
+    _add_log_options(parser, defaults=True)
+    subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     topics = _sub(subs, "topics", "Create or check the messages, markers (LogAppendTime) and dead-letter topics.")
     topics.add_argument("action", choices=["create", "check"])
-    topics.add_argument("--partitions", type=int, default=6, help="messages topic partitions (default 6)")
-    topics.add_argument("--marker-partitions", type=int, default=3, help="markers/DLQ partitions (default 3)")
-    topics.add_argument("--replication-factor", type=int, default=1)
+    topics.add_argument("--partitions", type=COUNT, default=6, help="messages topic partitions (default 6)")
+    topics.add_argument("--marker-partitions", type=COUNT, default=3, help="markers/DLQ partitions (default 3)")
+    topics.add_argument("--replication-factor", type=COUNT, default=1)
 
     send = _sub(subs, "send", "Send messages to a queue: an argument, a file, or stdin lines.")
     send.add_argument("queue")
     send.add_argument("payload", nargs="?", help="the payload (UTF-8); or use --file / --stdin")
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
     send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
-    send.add_argument("--count", type=int, default=1, help="send the payload N times (load); '{i}' is replaced")
+    send.add_argument("--count", type=COUNT, default=1, help="send the payload N times (load); '{i}' is replaced")
     send.add_argument("--header", action="append", default=[], metavar="K=V")
 
     worker = _sub(subs, "worker", "Run a handler over a queue: return → ack, kmq.Reject → reject, "
                                   "exception → retry with backoff, then dead letter after max deliveries.")
     worker.add_argument("handler", metavar="MODULE:FUNCTION")
     worker.add_argument("--queue", action="append", required=True, help="queue to serve (repeatable)")
-    worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--concurrency", type=COUNT, default=1)
     worker.add_argument("--processes", action="store_true", help="run the handler in processes (CPU-bound work)")
-    worker.add_argument("--backoff-base", type=float, default=1.0, help="seconds before the first retry")
-    worker.add_argument("--backoff-max", type=float, default=300.0, help="longest retry delay in seconds")
-    worker.add_argument("--drain-timeout", type=float, default=30.0,
+    worker.add_argument("--backoff-base", type=SECONDS, default=1.0, help="seconds before the first retry")
+    worker.add_argument("--backoff-max", type=SECONDS, default=300.0, help="longest retry delay in seconds")
+    worker.add_argument("--drain-timeout", type=SECONDS, default=30.0,
                         help="seconds running handlers get to finish on SIGTERM (default 30)")
-    worker.add_argument("--close-timeout", type=float, default=10.0,
+    worker.add_argument("--close-timeout", type=SECONDS, default=10.0,
                         help="then seconds to write the last markers and leave the group, even with the broker down "
                              "(default 10)")
-    worker.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    worker.add_argument("--time-limit", type=_number(float, 0, above=True), default=None, metavar="SECONDS",
                         help="stop a handler run after this long and release its message (a failed delivery)")
-    worker.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port")
+    worker.add_argument("--metrics-port", type=PORT, help="serve /metrics and /healthz on this port")
 
     tracker = _sub(subs, "tracker", "Run a redelivery tracker replica (same as kmq-redelivery-tracker).")
-    tracker.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port")
+    tracker.add_argument("--metrics-port", type=PORT, help="serve /metrics and /healthz on this port")
 
     stats = _sub(subs, "stats", "Per queue: in flight, oldest in-flight age, redeliveries, dead letters, lag.")
     stats.add_argument("--queue", action="append", help="only these queues")
@@ -91,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = _sub(subs, "dlq", "List a queue's dead letters, or move them back onto the queue.")
     dlq.add_argument("action", choices=["list", "redrive"])
     dlq.add_argument("queue")
-    dlq.add_argument("--limit", type=int, default=None)
+    dlq.add_argument("--limit", type=COUNT, default=None)
 
     audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, duplicates, slow, "
                                 "dead-lettered (needs kmq[spark]).")
@@ -107,14 +153,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level, args.log_json)
+    if args.command == "worker" and args.backoff_max < args.backoff_base:
+        parser.exit(EXIT_USAGE, f"kmq worker: error: --backoff-max ({args.backoff_max}) is below --backoff-base "
+                                f"({args.backoff_base})\n")
     try:
         config = Config.from_yaml(args.config) if args.config else Config.load()
-        return COMMANDS[args.command](config, args)
+        code = COMMANDS[args.command](config, args)
+        sys.stdout.flush()  # here, so a closed pipe is reported below and not at interpreter exit
+        return code
+    except ConfigError as err:  # a setting the user gave (file, variable or option): a usage error
+        return _fail(args, str(err), EXIT_USAGE)
     except KmqError as err:
-        print(f"kmq {args.command}: error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        return _fail(args, str(err))
+    except KafkaException as exc:  # e.g. an unknown librdkafka property under `kafka:` (a usage error)
+        error = _kafka.raise_from(exc, "Kafka client")
+        return _fail(args, str(error), EXIT_USAGE if error.code == KafkaError._INVALID_ARG else EXIT_ERROR)
+    except BrokenPipeError:
+        # The reader went away (`kmq … | head`): nothing more can be printed there.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _fail(args, "output closed before it was all written (broken pipe)")
     except KeyboardInterrupt:
         return EXIT_ERROR
+
+
+def _fail(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> int:
+    """The one line a failed command prints: plain, or a JSON object with ``--log-json`` (all of stderr is then
+    JSON lines)."""
+    if args.log_json:
+        print(json.dumps({"level": "error", "event": "command_failed", "command": args.command, "error": message,
+                          "exit_code": code}), file=sys.stderr)
+    else:
+        print(f"kmq {args.command}: error: {message}", file=sys.stderr)
+    return code
 
 
 def cmd_topics(config: Config, args: argparse.Namespace) -> int:
@@ -123,7 +193,8 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
     if args.action == "create":
         for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
                                     replication_factor=args.replication_factor):
-            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions)")
+            note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
+            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions{note})")
     else:
         for name, partitions in check_topics(config).items():
             print(f"{name}: ok ({partitions} partitions)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
 MARKER_FORMATS = (MARKER_FORMAT_KMQ, MARKER_FORMAT_KAFKA_MQ_GO)
 MAX_QUEUE_NAME_LENGTH = 200
 ENV_PREFIX = "KMQ_"
+#: KMQ_* variables that other parts of kmq read (not configuration fields): anything else is a typo.
+OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROKER_VERSION", "KMQ_BENCH_QUICK",
+                       "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY"})
 
 # librdkafka settings kmq sets itself; passing them through `kafka` would break its guarantees.
 OWNED_KAFKA_KEYS = frozenset({
@@ -243,6 +247,8 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     for key, value in data.items():
         name = f"{prefix}{key}"
         if name in ("kafka", "consumer_kafka"):
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(name, f"must be a mapping of librdkafka settings, got {type(value).__name__}")
             items.append((name, dict(value or {})))
         elif isinstance(value, Mapping):
             items.extend(_flatten(value, f"{name}."))
@@ -252,6 +258,13 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    known = {ENV_PREFIX + name.upper() for name in _FIELDS} | OTHER_ENV
+    for name in env:
+        if name.startswith(ENV_PREFIX) and name not in known and not name.startswith(
+                (ENV_PREFIX + "KAFKA_", ENV_PREFIX + "CONSUMER_KAFKA_")):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(name, f"unknown environment variable{hint}")
     out: dict[str, Any] = {}
     for name, fld in _FIELDS.items():
         raw = env.get(ENV_PREFIX + name.upper())

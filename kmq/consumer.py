@@ -200,7 +200,7 @@ class Consumer:
             return max(0.0, deadline - time.monotonic())
 
         self._stop.set()
-        self._loop_thread.join()
+        self._loop_thread.join(left())  # a commit to an unreachable broker may block it: close goes on anyway
         if self._fatal is None:
             # Batches whose Starts are on the wire: commit them, so they are given back below, not read again.
             self._pipeline.advance(block=True, timeout_s=min(left(), self._pipeline.start_timeout_s))

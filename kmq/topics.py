@@ -21,14 +21,14 @@ MARKER_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
     name: str
+    #: What the topic has now (an existing topic keeps its own count).
     partitions: int
     created: bool
+    requested: int
 
 
 def _admin(config: Config) -> AdminClient:
-    settings = _kafka.base_settings(config, "kmq-admin")
-    settings.pop("logger", None)
-    return AdminClient(settings)
+    return AdminClient(_kafka.base_settings(config, "kmq-admin"))
 
 
 def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int = 3,
@@ -44,7 +44,7 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         NewTopic(config.marker_topic, marker_partitions, replication_factor, config=dict(MARKER_TOPIC_CONFIG)),
         NewTopic(config.dlq_topic, marker_partitions, replication_factor),
     ]
-    statuses = []
+    created_now: dict[str, bool] = {}
     for topic, future in admin.create_topics(wanted, operation_timeout=timeout_s,
                                              request_timeout=timeout_s).items():
         try:
@@ -58,9 +58,9 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
             raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s}s",
                                    retriable=True) from None
         log.info("topic_ready", topic=topic, created=created)
-        statuses.append(TopicStatus(topic, next(t.num_partitions for t in wanted if t.topic == topic), created))
-    check_topics(config, timeout_s=timeout_s, admin=admin)
-    return statuses
+        created_now[topic] = created
+    actual = check_topics(config, timeout_s=timeout_s, admin=admin)
+    return [TopicStatus(t.topic, actual[t.topic], created_now[t.topic], t.num_partitions) for t in wanted]
 
 
 def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None) -> dict[str, int]:

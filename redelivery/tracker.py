@@ -41,6 +41,9 @@ METRICS_INTERVAL_S = 5.0
 #: tracker says it cannot reach the broker.
 RETRY_INIT_S = 1.0
 COMPLAIN_EVERY_S = 5.0
+#: After SIGTERM: time to finish redeliveries under way, write their Ends, commit and leave, even with the broker
+#: down (what is unfinished then is redelivered by the next owner).
+SHUTDOWN_S = 10.0
 
 
 @dataclass(slots=True)
@@ -82,7 +85,7 @@ class RedeliveryTracker:
         self._consumer = KafkaConsumer({
             **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "error_cb": self._on_client_error,
+            "error_cb": self._on_client_error, "on_commit": _on_commit,
         })
         self._consumer.subscribe([config.marker_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_lost)
@@ -191,14 +194,20 @@ class RedeliveryTracker:
 
     # --- commits and rebalances -------------------------------------------------------------------------
 
-    def _commit(self, partitions: list[int]) -> None:
+    def _commit(self, partitions: list[int], *, wait: bool = False) -> None:
+        """Commits each partition's oldest in-flight Start. Asynchronous in the loop: with the broker away a
+        synchronous commit blocks until it is back, and the loop must go on (the next commit carries the same or
+        later offsets; close() waits for the last). Synchronous on revoke, so the next owner starts from it."""
         offsets = [TopicPartition(self.config.marker_topic, p, self._partitions[p].state.commit_offset())
                    for p in partitions if p in self._partitions and self._partitions[p].caught_up]
         self._commits.committed()
         if not offsets:
             return
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            if wait:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
         except Exception as err:  # noqa: BLE001 - the next commit carries the same or later offsets
             log.warning("tracker_commit_failed", error=_describe(err))
 
@@ -251,7 +260,7 @@ class RedeliveryTracker:
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         try:
-            self._commit([tp.partition for tp in partitions])
+            self._commit([tp.partition for tp in partitions], wait=True)
         finally:
             self._drop(consumer, partitions, "partitions_revoked")
 
@@ -275,7 +284,7 @@ class RedeliveryTracker:
             log.warning("tracker_waiting_for_kafka", bootstrap_servers=self.config.bootstrap_servers,
                         error=err.str(), code=err.name(), assigned=sorted(self._partitions))
 
-    def _shutdown(self, timeout_s: float = 20.0) -> None:
+    def _shutdown(self, timeout_s: float = SHUTDOWN_S) -> None:
         self._resume_gc()
         deadline = self._monotonic() + timeout_s
         # Finish what is under way: copies produced get their End, so the next owner does not resend them.
@@ -346,6 +355,11 @@ class RedeliveryTracker:
     @property
     def partitions(self) -> dict[int, Partition]:
         return self._partitions
+
+
+def _on_commit(err: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+    if err is not None and err.code() != KafkaError._NO_OFFSET:
+        log.warning("tracker_commit_failed", error=f"{err.str()} ({err.name()})")
 
 
 def _describe(err: BaseException) -> str:

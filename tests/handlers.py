@@ -29,14 +29,14 @@ def slow(message: Message) -> None:
 
 
 def _note(message: Message, **extra: object) -> None:
-    """Appends one JSON line about this handler run to $KMQ_TEST_RECORD (O_APPEND: atomic across processes)."""
+    """Appends one JSON line about this handler run to $KMQTEST_RECORD (O_APPEND: atomic across processes)."""
     import json
     import os
 
     line = json.dumps({"payload": message.payload.decode(), "message_id": str(message.message_id),
                        "first_message_id": str(message.first_message_id), "delivery_count": message.delivery_count,
                        "enqueued_at_ms": message.enqueued_at_ms, "pid": os.getpid(), **extra})
-    with open(os.environ["KMQ_TEST_RECORD"], "a") as out:
+    with open(os.environ["KMQTEST_RECORD"], "a") as out:
         out.write(line + "\n")
 
 

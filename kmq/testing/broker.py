@@ -30,7 +30,7 @@ from types import TracebackType
 from kmq._maven import MavenError, cache_root, copy_jars
 from kmq.errors import KmqError
 
-KAFKA_VERSION = os.environ.get("KMQ_KAFKA_VERSION", "4.4.0")
+KAFKA_VERSION = os.environ.get("KMQ_BROKER_VERSION", "4.4.0")
 POM = Path(__file__).with_name("kafka-pom.xml")
 DEFAULT_HEAP = "768m"
 _PR_SET_PDEATHSIG = 1

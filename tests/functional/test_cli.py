@@ -135,13 +135,79 @@ def stats(config: Config, queue: str) -> dict[str, int]:
     (["worker", "tests.handlers_broken:handle", "--queue", "q"], 1,
      "cannot import handler module 'tests.handlers_broken': ZeroDivisionError"),
     (["send", "q", "x"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+    (["worker", "m:f", "--queue", "q", "--concurrency", "0"], 2, "--concurrency: must be >= 1, got 0"),
+    (["worker", "m:f", "--queue", "q", "--backoff-base", "-1"], 2, "--backoff-base: must be >= 0, got -1"),
+    (["worker", "m:f", "--queue", "q", "--backoff-base", "5", "--backoff-max", "1"], 2,
+     "--backoff-max (1.0) is below --backoff-base (5.0)"),
+    (["worker", "m:f", "--queue", "q", "--time-limit", "0"], 2, "--time-limit: must be > 0"),
+    (["send", "q", "x", "--count", "-1"], 2, "--count: must be >= 1, got -1"),
+    (["stats", "--log-level", "loud"], 2, "--log-level: must be one of debug"),
+    (["dlq", "list", "q"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+    (["dlq", "redrive", "q"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+    (["tracker", "--metrics-port", "70000"], 2, "--metrics-port: must be >= 0 and <= 65535"),
 ])
 def test_bad_input_is_one_clear_line_and_a_non_zero_exit(args: list[str], code: int, message: str) -> None:
     result = kmq(None, *args, env={"KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1", "KMQ_CONNECT_TIMEOUT_MS": "1000"},
                  timeout=30)
     assert result.returncode == code
     assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(("yaml_text", "env", "message"), [
+    ("kafka: [1, 2]\n", {}, "kafka: must be a mapping of librdkafka settings, got list"),
+    ("kafka: {no.such.prop: 1}\n", {}, 'No such configuration property: "no.such.prop"'),
+    ("", {"KMQ_MAX_DELIVERY": "3"}, "KMQ_MAX_DELIVERY: unknown environment variable (did you mean "
+                                    "KMQ_MAX_DELIVERIES?)"),
+    ("max-delivery: 3\n", {}, "max-delivery: unknown configuration key"),
+])
+def test_a_mistyped_setting_in_the_file_or_the_environment_is_a_usage_error(
+    kafka_bootstrap: str, tmp_path: Path, yaml_text: str, env: dict[str, str], message: str,
+) -> None:
+    path = tmp_path / "kmq.yaml"
+    path.write_text(f"bootstrap_servers: {kafka_bootstrap}\n{yaml_text}")
+    result = kmq(None, "stats", "--config", str(path), env=env, timeout=30)
+    assert (result.returncode, result.stderr.strip().splitlines()) == (2, [f"kmq stats: error: {message}"]) \
+        or message in result.stderr and result.returncode == 2, result.stderr
+
+
+def test_log_options_work_after_the_subcommand_and_the_output_is_json(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    result = kmq(config, "topics", "create", "--log-level", "info", "--log-json")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["topic_ready"] * 3
+
+
+def test_dlq_commands_fail_when_the_dead_letter_topic_is_missing(kafka_bootstrap: str) -> None:
+    config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"nodlq-{time.time_ns()}")
+    for action in ("list", "redrive"):
+        result = kmq(config, "dlq", action, "q", timeout=30)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            f"kmq dlq: error: dead-letter topic '{config.dlq_topic}' does not exist: create it with "
+            "`kmq topics create`"]
+
+
+def test_topics_create_on_existing_topics_prints_their_real_partition_counts(kafka_bootstrap: str) -> None:
+    config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"cli-{time.time_ns()}.m",
+                    marker_topic=f"cli-{time.time_ns()}.mk")
+    assert kmq(config, "topics", "create", "--partitions", "2", "--marker-partitions", "1").returncode == 0
+    again = kmq(config, "topics", "create", "--partitions", "12")
+    assert again.returncode == 0, again.stderr
+    assert f"{config.message_topic}: exists (2 partitions; 12 requested, not changed)" in again.stdout
+
+
+def test_a_closed_stdout_is_one_line_not_a_traceback(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.cli", "topics", "check"], cwd=ROOT, env=env_for(config),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `kmq topics check | head -0`
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(30) == 1
+    assert err.strip().splitlines() == ["kmq topics: error: output closed before it was all written (broken pipe)"]
 
 
 def test_malformed_yaml_is_one_clear_line(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ class Workers:
     def start(self, config: Config, handler: str, queue: str, *extra: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", handler, "--queue", queue,
                                  "--backoff-base", "0.2", "--backoff-max", "0.5", *extra], cwd=ROOT,
-                                env={**env_for(config), "KMQ_TEST_RECORD": str(self.record)},
+                                env={**env_for(config), "KMQTEST_RECORD": str(self.record)},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc
@@ -138,7 +138,10 @@ def test_acks_lost_in_a_broker_outage_give_a_non_zero_exit_within_the_close_time
         assert kmq(config, "topics", "create", "--partitions", "2", "--marker-partitions", "1").returncode == 0
         assert kmq(config, "send", "outage", "job-{i}", "--count", "200").returncode == 0
         worker = workers.start(config, "tests.handlers:note_slowly", "outage", "--concurrency", "4",
-                               "--drain-timeout", "2", "--close-timeout", "5")
+                               "--drain-timeout", "2", "--close-timeout", "5", "--log-json", "--log-level", "info")
+        tracker = subprocess.Popen([sys.executable, "-m", "kmq.cli", "tracker"], cwd=ROOT, env=env_for(config),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        workers.procs.append(tracker)
         assert wait_for(lambda: len(workers.runs()) >= 8, timeout_s=40)
     finally:
         broker.stop()
@@ -147,6 +150,10 @@ def test_acks_lost_in_a_broker_outage_give_a_non_zero_exit_within_the_close_time
     code, counts, err, seconds = terminate(worker)
     assert code == 1, err
     assert seconds < 2 + 5 + 5, f"stopped after {seconds:.1f} s"
-    error_lines = [line for line in err.splitlines() if line.startswith("kmq worker: error:")]
-    assert len(error_lines) == 1 and "were not written" in error_lines[0], err
+    events = [json.loads(line) for line in err.splitlines()]  # every line JSON, librdkafka's included
+    failures = [e for e in events if e["event"] == "command_failed"]
+    assert len(failures) == 1 and "were not written" in failures[0]["error"], err
+    assert any(e["event"] == "librdkafka" for e in events)
     assert counts.get("acked", 0) > 0
+    code, _, err, seconds = terminate(tracker)
+    assert code == 0 and seconds < 10 + 5, (code, seconds, err[-2000:])

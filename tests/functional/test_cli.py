@@ -168,7 +168,7 @@ def test_a_mistyped_setting_in_the_file_or_the_environment_is_a_usage_error(
     path.write_text(f"bootstrap_servers: {kafka_bootstrap}\n{yaml_text}")
     result = kmq(None, "stats", "--config", str(path), env=env, timeout=30)
     assert (result.returncode, result.stderr.strip().splitlines()) == (2, [f"kmq stats: error: {message}"]) \
-        or message in result.stderr and result.returncode == 2, result.stderr
+        or (message in result.stderr and result.returncode == 2), result.stderr
 
 
 def test_log_options_work_after_the_subcommand_and_the_output_is_json(kmq_config: ConfigFactory) -> None:

@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     tracker = _sub(subs, "tracker", "Run a redelivery tracker replica (same as kmq-redelivery-tracker).")
     tracker.add_argument("--metrics-port", type=PORT, help="serve /metrics and /healthz on this port")
 
-    stats = _sub(subs, "stats", "Per queue: in flight, oldest in-flight age, redeliveries, dead letters, lag.")
+    stats = _sub(subs, "stats", "Per queue: waiting (on the topic, not yet read), in flight, their oldest ages, "
+                                "deliveries, acks, redeliveries, dead letters. Replays both topics in full.")
     stats.add_argument("--queue", action="append", help="only these queues")
     stats.add_argument("--json", action="store_true")
 
@@ -280,15 +281,29 @@ def cmd_tracker(config: Config, args: argparse.Namespace) -> int:
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     from kmq.stats import collect
 
-    rows = collect(config, args.queue)
+    rows = collect(config, args.queue, _progress)
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)  # clears the progress line
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
-    columns = ["queue", "in_flight", "oldest_in_flight_age_s", "deliveries", "acked", "redelivered", "released",
-               "dead_lettered", "consumer_lag"]
+    columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
+               "acked", "redelivered", "released", "returned", "dead_lettered"]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
+
+
+_last_progress = [0.0]
+
+
+def _progress(topic: str, done: int, total: int) -> None:
+    """Long replays say how far they are: on a terminal every second, in a log every 10 s."""
+    if sys.stderr.isatty():
+        print(f"\rreading {topic}: {done:,}/{total:,} ({done / max(total, 1):.0%})", end="", file=sys.stderr)
+    elif time.monotonic() - _last_progress[0] >= 10:
+        _last_progress[0] = time.monotonic()
+        print(f"reading {topic}: {done:,}/{total:,} records ({done / max(total, 1):.0%})", file=sys.stderr)
 
 
 def cmd_dlq(config: Config, args: argparse.Namespace) -> int:

@@ -1,15 +1,23 @@
-"""Queue statistics read straight from Kafka (no tracker endpoint needed): the markers topic folded into
-lifecycles, plus each queue group's lag on the messages topic."""
+"""Queue statistics read straight from Kafka (no tracker endpoint needed).
+
+Two replays, each to the end offsets seen when it starts, never cut short: the markers topic folded into message
+lifecycles (delivered, acked, in flight …), and the messages topic for what waits (this queue's records past its
+consumer group's committed offset, not yet Started). A long replay reports progress; a replay that stops making
+progress is an error, never a silently partial answer.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq.config import Config
@@ -20,135 +28,215 @@ from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
+#: A replay with no record for this long, before its end offsets, fails.
+STALL_S = 30.0
+#: (records read, records to read) while a replay runs, about once a second.
+Progress = Callable[[str, int, int], None]
 
-class MarkerScanner:
-    """Reads the markers topic from the beginning, folding every record; ``read_to_end()`` catches up."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.fold = LifecycleFold()
-        self._consumer = KafkaConsumer({
-            **_kafka.consumer_settings(config.replace(client_id=""), f"kmq-stats-{uuid.uuid4().hex}", "kmq-stats"),
-        })
-        timeout_s = config.connect_timeout_ms / 1000
+class TopicReplay:
+    """Reads every partition of ``topic`` from its earliest kept record; each ``records()`` call goes on from where
+    the last one stopped, up to the end offsets seen when it starts."""
+
+    def __init__(self, config: Config, topic: str, progress: Progress | None = None) -> None:
+        self._config = config
+        self._topic = topic
+        self._progress = progress
+        self._consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""),
+                                                                f"kmq-stats-{uuid.uuid4().hex}", "kmq-stats"))
+        self._next: dict[int, int] = {}
         try:
-            meta = self._consumer.list_topics(config.marker_topic, timeout=timeout_s)
-        except Exception as err:
+            partitions = self._partitions()
+        except BaseException:
             self._consumer.close()
-            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s") \
-                from err
-        topic = meta.topics.get(config.marker_topic)
-        if topic is None or topic.error is not None:
-            self._consumer.close()
-            raise TopicError(f"markers topic {config.marker_topic!r} does not exist")
-        self._partitions = [TopicPartition(config.marker_topic, p, 0) for p in topic.partitions]
+            raise
         # Offset 0 may be gone to retention: OFFSET_BEGINNING (-2) starts at the earliest kept record.
-        self._consumer.assign([TopicPartition(tp.topic, tp.partition, -2) for tp in self._partitions])
-        self._next = {tp.partition: 0 for tp in self._partitions}
+        self._consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
 
-    def read_to_end(self, timeout_s: float = 30.0) -> LifecycleFold:
-        ends = {tp.partition: self._consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self._partitions}
-        deadline = time.monotonic() + timeout_s
-        while any(self._next[p] < end for p, end in ends.items()) and time.monotonic() < deadline:
-            for record in self._consumer.consume(1000, 0.2):
+    def _partitions(self) -> list[int]:
+        timeout_s = self._config.connect_timeout_ms / 1000
+        try:
+            meta = self._consumer.list_topics(self._topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaClientError(f"cannot reach Kafka at {self._config.bootstrap_servers} within "
+                                   f"{timeout_s:.0f}s: {_kafka.raise_from(exc, 'metadata')}", retriable=True) from exc
+        info = meta.topics.get(self._topic)
+        if info is None or info.error is not None:
+            raise TopicError(f"topic {self._topic!r} does not exist: create it with `kmq topics create`")
+        return list(info.partitions)
+
+    def _left(self) -> dict[int, tuple[int, int]]:
+        """Partition → (next offset to read, end offset now) for each partition with records left."""
+        timeout_s = self._config.connect_timeout_ms / 1000
+        left = {}
+        for tp in self._consumer.assignment():
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            except KafkaException as exc:
+                raise _kafka.raise_from(exc, f"end offsets of {self._topic!r}") from exc
+            start = max(low, self._next.get(tp.partition, low))
+            if high > start:
+                left[tp.partition] = (start, high)
+        return left
+
+    def records(self) -> Iterator[KafkaMessage]:
+        """Every record up to the end offsets; raises KafkaClientError if reading stalls for STALL_S."""
+        left = self._left()
+        ends = {p: end for p, (_, end) in left.items()}
+        total = sum(end - start for start, end in left.values())
+        done, last_record, last_report = 0, time.monotonic(), time.monotonic()
+        while ends:
+            batch = self._consumer.consume(1000, 0.2)
+            now = time.monotonic()
+            if batch:
+                last_record = now
+            elif now - last_record > STALL_S:
+                raise KafkaClientError(f"reading {self._topic!r} stalled: {done:,} of {total:,} records read, "
+                                       f"nothing for {STALL_S:.0f}s")
+            for record in batch:
                 if record.error() is not None:
                     continue
-                self._next[record.partition() or 0] = (record.offset() or 0) + 1
-                try:
-                    markers = decode_record(record.value())
-                except MarkerDecodeError:
-                    self.fold.malformed += 1
-                    continue
-                timestamp_ms = _kafka.record_timestamp_ms(record)
-                for marker in markers:
-                    self.fold.add(marker, timestamp_ms)
-        return self.fold
+                partition, offset = record.partition() or 0, record.offset() or 0
+                self._next[partition] = offset + 1
+                end = ends.get(partition)
+                if end is None or offset >= end:
+                    continue  # past this call's end: read again next call (the position is kept)
+                done += 1
+                if offset + 1 >= end:
+                    del ends[partition]
+                yield record
+            if self._progress is not None and now - last_report >= 1.0:
+                last_report = now
+                self._progress(self._topic, done, total)
 
     def close(self) -> None:
         self._consumer.close()
 
 
+class MarkerScanner:
+    """The markers topic folded into per-queue lifecycles; ``read_to_end()`` catches up with what was written
+    since the last call."""
+
+    def __init__(self, config: Config, progress: Progress | None = None) -> None:
+        self.fold = LifecycleFold()
+        self._replay = TopicReplay(config, config.marker_topic, progress)
+
+    def read_to_end(self) -> LifecycleFold:
+        fold = self.fold
+        for record in self._replay.records():
+            try:
+                markers = decode_record(record.value())
+            except MarkerDecodeError:
+                fold.malformed += 1
+                continue
+            timestamp_ms = _kafka.record_timestamp_ms(record)
+            for marker in markers:
+                fold.add(marker, timestamp_ms)
+        return fold
+
+    def close(self) -> None:
+        self._replay.close()
+
+
+class CommittedOffsets:
+    """Each queue's group's committed offsets on the messages topic, asked once per queue."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
+        self._by_queue: dict[str, dict[int, int]] = {}
+
+    def of(self, queue: str) -> dict[int, int]:
+        known = self._by_queue.get(queue)
+        if known is None:
+            group = wire.consumer_group(queue)
+            futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+            result = futures[group].result(timeout=self._config.connect_timeout_ms / 1000)
+            known = {tp.partition: tp.offset for tp in result.topic_partitions or []
+                     if tp.topic == self._config.message_topic and tp.offset >= 0}
+            self._by_queue[queue] = known
+        return known
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A queue's records past its group's committed offset (read by no consumer yet)."""
+
+    count: int = 0
+    oldest_ms: int = 0
+    origins: set[MessageId] = field(default_factory=set, repr=False)
+
+
+def waiting_messages(config: Config, queues: set[str] | None = None, progress: Progress | None = None,
+                     keep_origins: bool = False) -> dict[str, Waiting]:
+    """Per queue (or the ones named), what waits on the messages topic; a queue no consumer ever read is included
+    with all of its records."""
+    committed = CommittedOffsets(config)
+    out: dict[str, Waiting] = {}
+    replay = TopicReplay(config, config.message_topic, progress)
+    try:
+        for record in replay.records():
+            queue = (record.key() or b"").decode("utf-8", "replace")
+            if queues is not None and queue not in queues:
+                continue
+            partition, offset = record.partition() or 0, record.offset() or 0
+            if offset < committed.of(queue).get(partition, 0):
+                continue
+            waiting = out.setdefault(queue, Waiting())
+            waiting.count += 1
+            ts = _kafka.record_timestamp_ms(record)
+            waiting.oldest_ms = min(waiting.oldest_ms or ts, ts)
+            if keep_origins:
+                waiting.origins.add(_kafka.origin_id(record))
+    finally:
+        replay.close()
+    return out
+
+
+def waiting_origins(config: Config, queue: str) -> set[MessageId]:
+    """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
+    (redelivered copies included, through their first-id header)."""
+    found = waiting_messages(config, {queue}, keep_origins=True).get(queue)
+    return found.origins if found else set()
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStats:
     queue: str
+    #: On the messages topic past the group's committed offset: not yet Started by any consumer.
+    waiting: int
+    oldest_waiting_age_s: float
     in_flight: int
     oldest_in_flight_age_s: float
     deliveries: int
     acked: int
     redelivered: int
     released: int
+    returned: int
     dead_lettered: int
-    consumer_lag: int
 
 
-def group_lag(config: Config, queue: str) -> int:
-    """Records on the messages topic the queue's group has not yet committed past (all queues' records)."""
-    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), wire.consumer_group(queue),
-                                                      "kmq-stats-lag"))
-    try:
-        meta = consumer.list_topics(config.message_topic, timeout=10)
-        parts = [TopicPartition(config.message_topic, p) for p in meta.topics[config.message_topic].partitions]
-        committed = consumer.committed(parts, timeout=10)
-        lag = 0
-        for tp in committed:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            lag += high - (tp.offset if tp.offset >= 0 else low)
-        return lag
-    finally:
-        consumer.close()
-
-
-def waiting_origins(config: Config, queue: str, timeout_s: float = 30.0) -> set[MessageId]:
-    """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
-    (redelivered copies included, through their first-id header)."""
-    consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""), wire.consumer_group(queue),
-                                                      "kmq-stats-waiting"))
-    key = queue.encode()
-    waiting: set[MessageId] = set()
-    try:
-        meta = consumer.list_topics(config.message_topic, timeout=10)
-        parts = [TopicPartition(config.message_topic, p) for p in meta.topics[config.message_topic].partitions]
-        ends: dict[int, int] = {}
-        starts = []
-        for tp in consumer.committed(parts, timeout=10):
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            start = tp.offset if tp.offset >= 0 else low
-            if start < high:
-                ends[tp.partition] = high
-                starts.append(TopicPartition(tp.topic, tp.partition, start))
-        consumer.assign(starts)  # assign, not subscribe: reading must not join (and rebalance) the group
-        deadline = time.monotonic() + timeout_s
-        while ends:
-            if time.monotonic() > deadline:
-                raise KafkaClientError(f"could not read the waiting records of queue {queue!r} within {timeout_s}s")
-            for record in consumer.consume(1000, 0.2):
-                if record.error() is not None:
-                    continue
-                partition, offset = record.partition() or 0, record.offset() or 0
-                if offset + 1 >= ends.get(partition, 0):
-                    ends.pop(partition, None)
-                if record.key() == key:
-                    waiting.add(_kafka.origin_id(record))
-        return waiting
-    finally:
-        consumer.close()
-
-
-def collect(config: Config, queues: list[str] | None = None) -> list[QueueStats]:
-    """One snapshot per queue seen on the markers topic (or the ones named)."""
-    scanner = MarkerScanner(config)
+def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None) -> list[QueueStats]:
+    """One row per queue seen on either topic (or per queue named)."""
+    scanner = MarkerScanner(config, progress)
     try:
         summaries = scanner.read_to_end().summary()
     finally:
         scanner.close()
+    waiting = waiting_messages(config, set(queues) if queues else None, progress)
     now_ms = time.time() * 1000
+
+    def age(oldest_ms: int) -> float:
+        return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0
+
     out = []
-    for name in sorted(queues or summaries):
+    for name in sorted(queues or (summaries.keys() | waiting.keys())):
         s = summaries.get(name)
+        w = waiting.get(name, Waiting())
         if s is None:
-            out.append(QueueStats(name, 0, 0.0, 0, 0, 0, 0, 0, group_lag(config, name)))
+            out.append(QueueStats(name, w.count, age(w.oldest_ms), 0, 0.0, 0, 0, 0, 0, 0, 0))
             continue
-        age = max(0.0, (now_ms - s.oldest_in_flight_ms) / 1000) if s.in_flight else 0.0
-        out.append(QueueStats(name, s.in_flight, round(age, 1), s.deliveries, s.acked, s.redelivered, s.released,
-                              s.dead_lettered, group_lag(config, name)))
+        out.append(QueueStats(name, w.count, age(w.oldest_ms), s.in_flight,
+                              age(s.oldest_in_flight_ms) if s.in_flight else 0.0, s.deliveries, s.acked,
+                              s.redelivered, s.released, s.returned, s.dead_lettered))
     return out

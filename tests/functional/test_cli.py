@@ -116,7 +116,7 @@ def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_confi
         table = kmq(config, "stats")
         assert table.returncode == 0
         row = next(line for line in table.stdout.splitlines() if line.startswith("slow "))
-        assert row.split()[1] == "3"
+        assert (row.split()[1], row.split()[3]) == ("0", "3")  # waiting, in_flight
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=60)
@@ -249,3 +249,18 @@ def test_the_worker_decorator_runs_a_function_over_a_queue(kmq_config: ConfigFac
         handle.stop()
         runner.join(30)
     assert sorted(seen) == [b"0", b"1", b"2", b"3"] and handle.counts == {"acked": 4}
+
+
+def test_stats_shows_a_queue_nobody_consumes_and_counts_only_its_own_waiting_records(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config()
+    assert kmq(config, "send", "idle", "i-{i}", "--count", "50").returncode == 0
+    assert kmq(config, "send", "busy", "b-{i}", "--count", "30").returncode == 0
+    worker = start_worker(config, "tests.handlers:record", "busy")
+    assert wait_for(lambda: stats(config, "busy")["acked"] == 30, timeout_s=40)
+    stop(worker)
+    rows = {r["queue"]: r for r in json.loads(kmq(config, "stats", "--json").stdout)}
+    assert (rows["idle"]["waiting"], rows["idle"]["in_flight"], rows["idle"]["deliveries"]) == (50, 0, 0)
+    assert rows["idle"]["oldest_waiting_age_s"] >= 0
+    assert (rows["busy"]["waiting"], rows["busy"]["acked"]) == (0, 30)

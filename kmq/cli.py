@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_argument("queue")
     dlq.add_argument("--limit", type=COUNT, default=None)
 
-    audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, duplicates, slow, "
+    audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, processed twice, slow, "
                                 "dead-lettered (needs kmq[spark]).")
     audit.add_argument("--queue", action="append", default=[], help="only these queues")
     audit.add_argument("--from", dest="from_time", help="enqueued at or after (ISO 8601, UTC if no zone)")
@@ -332,7 +332,7 @@ def _time_ms(text: str | None) -> int | None:
 
 
 AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",
-                 "in_flight", "waiting", "lost", "duplicates"]
+                 "in_flight", "waiting", "lost", "acked_more_than_once", "delivered_more_than_once"]
 
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from kmq import wire
 from kmq.audit import SPARK_VERSION, connector_jars
 from kmq.config import Config
 from kmq.errors import KmqError
@@ -100,7 +101,9 @@ def _ms(col: str) -> Any:
 
 
 def _header(name: str) -> Any:
-    return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")
+    """A header's value, null when the record lacks it (try_element_at: [0] fails on an empty match in ANSI mode,
+    which every record with other headers but not this one is)."""
+    return F.expr(f"CAST(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING)")
 
 
 def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tuple[DataFrame, int, int]:
@@ -116,7 +119,7 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.col("key").cast("string").alias("queue"),
         F.concat_ws(":", "partition", "offset").alias("mid"),
         _ms("timestamp").alias("enqueued_ts"),
-        _header("kmq-first-message-id").alias("first_id"),
+        _header(wire.HEADER_FIRST_ID).alias("first_id"),
     ).withColumn("origin", F.coalesce("first_id", "mid"))
     copies = records.groupBy("queue", "origin").agg(
         F.min(F.when(F.col("first_id").isNull(), F.col("enqueued_ts"))).alias("enqueued_ts"),
@@ -127,33 +130,49 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.max("delivery_count").alias("delivery_count"))
     last_beat = markers.filter("kind != 'END'").groupBy("mid").agg(
         F.max(F.col("ts") + F.col("redeliver_after_ms")).alias("deadline_ts"),
-        F.sum(F.when(F.col("reason") == "released", 1).otherwise(0)).alias("released"))
+        F.sum(F.when(F.col("reason") == wire.RELEASE_REASON, 1).otherwise(0)).alias("released"),
+        F.max((F.col("reason") == wire.RETURN_REASON).cast("int")).alias("returned"))
+
+    def ended(reason: str) -> Any:
+        return F.col("end_reason") == reason
+
+    # Every End counts: a tracker's REDELIVERED End and the worker's late ACKED End of one delivery (the documented
+    # race) are both facts; keeping only the first would hide that the message was processed twice.
     ends = markers.filter("kind = 'END'").groupBy("mid").agg(
-        F.first("end_reason").alias("end_reason"), F.min("ts").alias("end_ts"))
+        F.sum(ended("ACKED").cast("int")).alias("delivery_acks"),
+        F.min(F.when(ended("ACKED"), F.col("ts"))).alias("ack_ts"),
+        F.max(ended("REJECTED").cast("int")).alias("delivery_rejected"),
+        F.max(ended("DEAD_LETTERED").cast("int")).alias("delivery_dead"),
+        F.sum(ended("REDELIVERED").cast("int")).alias("delivery_redelivered"),
+        F.min("ts").alias("end_ts"))
     deliveries = starts.join(last_beat, "mid", "left").join(ends, "mid", "left")
 
     dead = _read(spark, config, config.dlq_topic).select(
-        F.col("key").cast("string").alias("queue"), _header("kmq-first-message-id").alias("origin")
+        F.col("key").cast("string").alias("queue"), _header(wire.HEADER_FIRST_ID).alias("origin")
     ).withColumn("in_dlq", F.lit(True)).dropDuplicates(["queue", "origin"])
 
     per_message = deliveries.groupBy("queue", "origin").agg(
         F.count("*").alias("deliveries"),
+        # Deliveries a handler saw: a delivery given back unprocessed (consumer close, worker shutdown) did not.
+        F.sum(1 - F.coalesce(F.col("returned"), F.lit(0))).alias("handler_deliveries"),
         F.max("delivery_count").alias("max_delivery_count"),
         F.min("start_ts").alias("first_start_ts"),
-        F.sum(F.when(F.col("end_reason") == "ACKED", 1).otherwise(0)).alias("acks"),
-        F.max(F.when(F.col("end_reason") == "ACKED", F.col("end_ts") - F.col("start_ts"))).alias("processing_ms"),
-        F.max(F.when(F.col("end_reason") == "ACKED", F.col("end_ts"))).alias("acked_ts"),
-        F.max((F.col("end_reason") == "REJECTED").cast("int")).alias("rejected"),
-        F.max((F.col("end_reason") == "DEAD_LETTERED").cast("int")).alias("dead_by_tracker"),
-        F.sum(F.when(F.col("end_reason") == "REDELIVERED", 1).otherwise(0)).alias("redelivered"),
+        F.sum(F.coalesce(F.col("delivery_acks"), F.lit(0))).alias("acks"),
+        # From the ACKED End of the same delivery, whatever other End it also has.
+        F.max(F.col("ack_ts") - F.col("start_ts")).alias("processing_ms"),
+        F.max("ack_ts").alias("acked_ts"),
+        F.max("delivery_rejected").alias("rejected"),
+        F.max("delivery_dead").alias("dead_by_tracker"),
+        F.sum("delivery_redelivered").alias("redelivered"),
         F.sum("released").alias("released"),
-        F.sum(F.when(F.col("end_reason").isNull() & (F.col("deadline_ts") >= now_ms), 1).otherwise(0))
+        F.sum(F.when(F.col("end_ts").isNull() & (F.col("deadline_ts") >= now_ms), 1).otherwise(0))
         .alias("open_alive"),
-        F.sum(F.when(F.col("end_reason").isNull() & (F.col("deadline_ts") < now_ms), 1).otherwise(0))
+        F.sum(F.when(F.col("end_ts").isNull() & (F.col("deadline_ts") < now_ms), 1).otherwise(0))
         .alias("open_overdue"),
     )
     life = (copies.join(per_message, ["queue", "origin"], "full_outer").join(dead, ["queue", "origin"], "left")
-            .fillna({"deliveries": 0, "acks": 0, "redelivered": 0, "released": 0, "open_alive": 0,
+            .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
+                     "open_alive": 0,
                      "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
     started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
     life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
@@ -183,7 +202,10 @@ def summarise(life: DataFrame) -> dict[str, dict[str, Any]]:
         F.sum("released").alias("released"),
         F.sum("redelivered").alias("redelivered"),
         F.sum(F.greatest(F.col("acks") - 1, F.lit(0))).alias("duplicate_acks"),
-        F.sum(F.when(F.col("acks") > 1, 1).otherwise(0)).alias("duplicates"),
+        # A handler that finished more than once (its side effects happened twice).
+        F.sum(F.when(F.col("acks") > 1, 1).otherwise(0)).alias("acked_more_than_once"),
+        # A handler that was started more than once (retries included): what idempotency has to cover.
+        F.sum(F.when(F.col("handler_deliveries") > 1, 1).otherwise(0)).alias("delivered_more_than_once"),
         *[F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(s) for s in STATUSES],
         F.percentile_approx("wait_ms", pct).alias("wait_ms_p50_p95_p99"),
         F.percentile_approx("processing_ms", pct).alias("processing_ms_p50_p95_p99"),

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer as RawProducer
 
-from kmq import Service
+from kmq import Service, wire
 from kmq.audit.job import AuditOptions, run
-from kmq.markers import Marker, MarkerType, encode
+from kmq.markers import EndReason, Marker, MarkerType, encode
 from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_thread
@@ -77,13 +77,14 @@ def test_the_audit_accounts_for_every_message_of_a_scripted_scenario(
             held.ack()
     a, b = result["queues"]["alpha"], result["queues"]["beta"]
     assert {k: a[k] for k in ("produced", "delivered", "acked", "released", "rejected", "redelivered",
-                              "dead_lettered", "in_flight", "lost", "duplicates")} == {
+                              "dead_lettered", "in_flight", "lost", "acked_more_than_once",
+                              "delivered_more_than_once")} == {
         "produced": 10, "delivered": 10, "acked": 8, "released": 2, "rejected": 2, "redelivered": 2,
-        "dead_lettered": 0, "in_flight": 0, "lost": 0, "duplicates": 0}
+        "dead_lettered": 0, "in_flight": 0, "lost": 0, "acked_more_than_once": 0, "delivered_more_than_once": 2}
     assert {k: b[k] for k in ("produced", "acked", "redelivered", "released", "dead_lettered", "in_flight",
-                              "lost")} == {
+                              "lost", "delivered_more_than_once")} == {
         "produced": 8, "acked": 5, "redelivered": 3 + 2 * 2, "released": 6, "dead_lettered": 2, "in_flight": 1,
-        "lost": 0}
+        "lost": 0, "delivered_more_than_once": 3 + 2}
     assert a["delivery_count_histogram"] == {"1": 8, "2": 2}
     assert b["delivery_count_histogram"] == {"1": 3, "2": 3, "3": 2}
     assert result["malformed_markers"] == 0
@@ -112,3 +113,33 @@ def test_the_audit_reports_a_start_without_end_past_its_deadline_as_lost_and_cou
     q = result["queues"]["q"]
     assert (q["produced"], q["acked"], q["overdue"], q["lost"]) == (2, 1, 1, 1)
     assert result["malformed_markers"] == 1
+
+
+def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_headers_do_not_break_the_audit(
+    kmq_config: ConfigFactory, tmp_path: Path
+) -> None:
+    # The documented race, as the markers record it: the tracker redelivers M (End REDELIVERED, copy C), the
+    # copy is acked, then the worker that still held M acks it too. And M carries a user header.
+    config = kmq_config(partitions=1, marker_partitions=1)
+    with Service(config).queue("q").producer() as producer:
+        original = producer.send(b"raced", headers={"trace-id": "42"})
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    raw.produce(config.message_topic, b"raced", b"q", headers=[("trace-id", b"42"), *wire.DeliveryHeaders(
+        2, original, 1).encode()])
+    assert raw.flush(10) == 0
+    copy = MessageId(original.partition, original.offset + 1)
+    for marker in (Marker(MarkerType.START, original, 60_000, b"q", b"raced", delivery_count=1),
+                   Marker(MarkerType.END, original, end_reason=EndReason.REDELIVERED),
+                   Marker(MarkerType.START, copy, 60_000, b"q", b"raced", delivery_count=2,
+                          first_message_id=original),
+                   Marker(MarkerType.END, copy),
+                   Marker(MarkerType.END, original)):
+        raw.produce(config.marker_topic, encode(marker), b"q")
+    assert raw.flush(10) == 0
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    q = result["queues"]["q"]
+    assert {k: q[k] for k in ("produced", "acked", "redelivered", "acked_more_than_once",
+                              "delivered_more_than_once", "duplicate_acks", "lost")} == {
+        "produced": 1, "acked": 1, "redelivered": 1, "acked_more_than_once": 1, "delivered_more_than_once": 1,
+        "duplicate_acks": 1, "lost": 0}
+    assert q["processing_ms_p50_p95_p99"][0] is not None

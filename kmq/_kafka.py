@@ -91,7 +91,7 @@ def client_error(err: KafkaError, what: str) -> KafkaClientError:
     return KafkaClientError(f"{what}: {err.str()} ({err.name()})", retriable=err.retriable(), code=err.code())
 
 
-def raise_from(exc: KafkaException, what: str) -> KafkaClientError:
+def to_kmq_error(exc: KafkaException, what: str) -> KafkaClientError:
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if err is None:
         return KafkaClientError(f"{what}: {exc}")
@@ -128,7 +128,7 @@ def message_id(record: KafkaMessage) -> MessageId:
     return MessageId(record.partition() or 0, record.offset() or 0)
 
 
-def origin_id(record: KafkaMessage) -> MessageId:
+def first_id(record: KafkaMessage) -> MessageId:
     """The first delivery's id of a messages-topic record: its first-id header, or its own id on a first delivery."""
     first = header_dict(record).get(wire.HEADER_FIRST_ID)
     return MessageId.parse(first.decode()) if first else message_id(record)
@@ -189,7 +189,7 @@ class PolledProducer:
                 # librdkafka's local queue is full: wait for deliveries to drain it instead of failing.
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                raise raise_from(exc, f"cannot produce to {topic}") from exc
+                raise to_kmq_error(exc, f"cannot produce to {topic}") from exc
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     except KmqError as err:
         return _fail(args, str(err))
     except KafkaException as exc:  # e.g. an unknown librdkafka property under `kafka:` (a usage error)
-        error = _kafka.raise_from(exc, "Kafka client")
+        error = _kafka.to_kmq_error(exc, "Kafka client")
         return _fail(args, str(error), EXIT_USAGE if error.code == KafkaError._INVALID_ARG else EXIT_ERROR)
     except BrokenPipeError:
         # The reader went away (`kmq … | head`): nothing more can be printed there.

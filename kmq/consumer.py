@@ -259,7 +259,7 @@ class Consumer:
                 self._log.error("consumer_fatal", error=str(err))
                 self._fatal = err
             except KafkaException as exc:
-                wrapped = _kafka.raise_from(exc, f"consumer of queue {self._queue!r}")
+                wrapped = _kafka.to_kmq_error(exc, f"consumer of queue {self._queue!r}")
                 if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
                     self._fatal = wrapped
                 self._log.warning("consumer_poll_error", error=str(wrapped))

@@ -24,7 +24,7 @@ from kmq.cli import format_table
 from kmq.config import Config
 from kmq.lifecycle import QueueSummary
 from kmq.service import Service
-from kmq.stats import MarkerScanner, waiting_origins
+from kmq.stats import MarkerScanner, waiting_first_ids
 from kmq.testing.broker import LocalKafka
 from kmq.topics import create_topics
 from kmq.wire import MessageId
@@ -117,14 +117,14 @@ def report(config: Config, sent: dict[str, set[MessageId]], summaries: Mapping[s
     rows, lost_total, unfinished_total = [], 0, 0
     for name in sent:
         s = summaries.get(name) or QueueSummary()
-        done = s.acked_origins | s.dead_origins
+        done = s.acked_first_ids | s.dead_first_ids
         # Not done by the deadline is not lost: a job still on the topic or in flight will be processed.
-        unfinished = (sent[name] & (s.in_flight_origins | waiting_origins(config, name))) - done
+        unfinished = (sent[name] & (s.in_flight_first_ids | waiting_first_ids(config, name))) - done
         lost = sent[name] - done - unfinished
         lost_total += len(lost)
         unfinished_total += len(unfinished)
-        rows.append([name, f"{len(sent[name]):,}", f"{len(s.acked_origins & sent[name]):,}",
-                     f"{s.redelivered:,}", f"{s.recovered:,}", f"{len(s.dead_origins & sent[name]):,}",
+        rows.append([name, f"{len(sent[name]):,}", f"{len(s.acked_first_ids & sent[name]):,}",
+                     f"{s.redelivered:,}", f"{s.recovered:,}", f"{len(s.dead_first_ids & sent[name]):,}",
                      f"{len(unfinished):,}", f"{len(lost):,}", f"{duration:.1f}s",
                      f"{len(sent[name]) / duration:,.0f}"])
     print()

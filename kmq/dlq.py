@@ -67,12 +67,13 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
         if record.key() != key:
             continue
         headers = _kafka.header_dict(record)
+        delivery = wire.DeliveryHeaders.parse(headers)
         letter = DeadLetter(
             queue=queue, payload=record.value() or b"",
-            headers={k: v for k, v in headers.items() if not k.startswith(wire.RESERVED_HEADER_PREFIX)},
+            headers={k: v for k, v in headers.items() if k not in wire.INTERNAL_HEADERS},
             reason=headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace"),
-            delivery_count=int(headers.get(wire.HEADER_DELIVERY_COUNT, b"1")),
-            first_message_id=headers.get(wire.HEADER_FIRST_ID, b"").decode(),
+            delivery_count=delivery.delivery_count,
+            first_message_id=str(delivery.first_message_id or ""),
             dlq_id=_kafka.message_id(record))
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
@@ -86,7 +87,7 @@ def _check_topic(consumer: KafkaConsumer, config: Config) -> None:
         meta = consumer.list_topics(config.dlq_topic, timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{_kafka.raise_from(exc, 'metadata')}", retriable=True) from exc
+                               f"{_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
     info = meta.topics.get(config.dlq_topic)
     if info is None or info.error is not None:
         raise TopicError(f"dead-letter topic {config.dlq_topic!r} does not exist: create it with `kmq topics create`")

@@ -24,10 +24,10 @@ class QueueSummary:
     recovered: int = 0
     in_flight: int = 0
     oldest_in_flight_ms: int = 0
-    acked_origins: set[MessageId] = field(default_factory=set, repr=False)
-    dead_origins: set[MessageId] = field(default_factory=set, repr=False)
+    acked_first_ids: set[MessageId] = field(default_factory=set, repr=False)
+    dead_first_ids: set[MessageId] = field(default_factory=set, repr=False)
     #: First-delivery ids of the messages in flight now (Started, not Ended).
-    in_flight_origins: set[MessageId] = field(default_factory=set, repr=False)
+    in_flight_first_ids: set[MessageId] = field(default_factory=set, repr=False)
 
     def as_dict(self) -> dict[str, int]:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
@@ -38,7 +38,7 @@ class QueueSummary:
 @dataclass(slots=True)
 class _Open:
     queue: str
-    origin: MessageId
+    first_id: MessageId
     started_ms: int
     released: bool = False
 
@@ -74,13 +74,13 @@ class LifecycleFold:
         if marker.end_reason is EndReason.REDELIVERED:
             summary.recovered += not known.released
         if marker.end_reason is EndReason.ACKED:
-            if known.origin not in summary.acked_origins:
-                summary.acked_origins.add(known.origin)
+            if known.first_id not in summary.acked_first_ids:
+                summary.acked_first_ids.add(known.first_id)
                 summary.acked += 1
         elif marker.end_reason in (EndReason.REJECTED, EndReason.DEAD_LETTERED):
             summary.rejected += marker.end_reason is EndReason.REJECTED
-            if known.origin not in summary.dead_origins:
-                summary.dead_origins.add(known.origin)
+            if known.first_id not in summary.dead_first_ids:
+                summary.dead_first_ids.add(known.first_id)
                 summary.dead_lettered += 1
 
     def _start(self, marker: Marker, timestamp_ms: int) -> None:
@@ -89,17 +89,17 @@ class LifecycleFold:
         summary = self.queue(marker.queue)
         summary.deliveries += 1
         summary.redelivered += (marker.delivery_count or 1) > 1
-        self._open[marker.message_id] = _Open(marker.queue, marker.origin_id, timestamp_ms)
+        self._open[marker.message_id] = _Open(marker.queue, marker.first_id, timestamp_ms)
 
     def summary(self) -> dict[str, QueueSummary]:
         for summary in self._queues.values():
             summary.in_flight = 0
             summary.oldest_in_flight_ms = 0
-            summary.in_flight_origins = set()
+            summary.in_flight_first_ids = set()
         for item in self._open.values():
             summary = self.queue(item.queue)
             summary.in_flight += 1
-            summary.in_flight_origins.add(item.origin)
+            summary.in_flight_first_ids.add(item.first_id)
             if not summary.oldest_in_flight_ms or item.started_ms < summary.oldest_in_flight_ms:
                 summary.oldest_in_flight_ms = item.started_ms
         return dict(self._queues)

@@ -55,7 +55,7 @@ class Marker:
         return self.key.decode("utf-8", "replace")
 
     @property
-    def origin_id(self) -> MessageId:
+    def first_id(self) -> MessageId:
         """The first delivery's message id, which links redelivered copies to the original."""
         return self.first_message_id or self.message_id
 

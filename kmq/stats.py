@@ -59,7 +59,7 @@ class TopicReplay:
             meta = self._consumer.list_topics(self._topic, timeout=timeout_s)
         except KafkaException as exc:
             raise KafkaClientError(f"cannot reach Kafka at {self._config.bootstrap_servers} within "
-                                   f"{timeout_s:.0f}s: {_kafka.raise_from(exc, 'metadata')}", retriable=True) from exc
+                                   f"{timeout_s:.0f}s: {_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
         info = meta.topics.get(self._topic)
         if info is None or info.error is not None:
             raise TopicError(f"topic {self._topic!r} does not exist: create it with `kmq topics create`")
@@ -73,7 +73,7 @@ class TopicReplay:
             try:
                 low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
             except KafkaException as exc:
-                raise _kafka.raise_from(exc, f"end offsets of {self._topic!r}") from exc
+                raise _kafka.to_kmq_error(exc, f"end offsets of {self._topic!r}") from exc
             start = max(low, self._next.get(tp.partition, low))
             if high > start:
                 left[tp.partition] = (start, high)
@@ -164,11 +164,11 @@ class Waiting:
 
     count: int = 0
     oldest_ms: int = 0
-    origins: set[MessageId] = field(default_factory=set, repr=False)
+    first_ids: set[MessageId] = field(default_factory=set, repr=False)
 
 
 def waiting_messages(config: Config, queues: set[str] | None = None, progress: Progress | None = None,
-                     keep_origins: bool = False) -> dict[str, Waiting]:
+                     keep_first_ids: bool = False) -> dict[str, Waiting]:
     """Per queue (or the ones named), what waits on the messages topic; a queue no consumer ever read is included
     with all of its records."""
     committed = CommittedOffsets(config)
@@ -186,18 +186,18 @@ def waiting_messages(config: Config, queues: set[str] | None = None, progress: P
             waiting.count += 1
             ts = _kafka.record_timestamp_ms(record)
             waiting.oldest_ms = min(waiting.oldest_ms or ts, ts)
-            if keep_origins:
-                waiting.origins.add(_kafka.origin_id(record))
+            if keep_first_ids:
+                waiting.first_ids.add(_kafka.first_id(record))
     finally:
         replay.close()
     return out
 
 
-def waiting_origins(config: Config, queue: str) -> set[MessageId]:
+def waiting_first_ids(config: Config, queue: str) -> set[MessageId]:
     """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
     (redelivered copies included, through their first-id header)."""
-    found = waiting_messages(config, {queue}, keep_origins=True).get(queue)
-    return found.origins if found else set()
+    found = waiting_messages(config, {queue}, keep_first_ids=True).get(queue)
+    return found.first_ids if found else set()
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
             created = True
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise _kafka.raise_from(exc, f"cannot create topic {topic!r}") from exc
+                raise _kafka.to_kmq_error(exc, f"cannot create topic {topic!r}") from exc
             created = False
         except TimeoutError:
             raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s}s",

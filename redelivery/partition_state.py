@@ -1,6 +1,6 @@
 """The in-flight messages of one markers partition, in three structures kept in step.
 
-- ``in_progress``: message id → InFlight (what to redeliver: the Start's payload and metadata, held once);
+- ``in_flight``: message id → InFlight (what to redeliver: the Start's payload and metadata, held once);
 - ``deadlines``: message id → deadline ms, for messages waiting on their deadline, with a heap of (deadline, id)
   whose stale entries (a keep-alive moved the deadline) are skipped when they surface;
 - the marker offsets holding in-flight Starts, counted per offset (a kmq batch record holds many Starts) with a
@@ -50,7 +50,7 @@ class InFlight:
         return self.key.decode("utf-8", "replace")
 
     @property
-    def origin_id(self) -> MessageId:
+    def first_id(self) -> MessageId:
         """The first delivery's message id, which links redelivered copies to the original."""
         return self.first_message_id or self.message_id
 
@@ -64,7 +64,7 @@ class PartitionState:
     """In-flight messages of one markers partition. See the module docstring for the lifecycle."""
 
     partition: int
-    in_progress: dict[MessageId, InFlight] = field(default_factory=dict)
+    in_flight: dict[MessageId, InFlight] = field(default_factory=dict)
     deadlines: dict[MessageId, int] = field(default_factory=dict)
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
@@ -99,17 +99,17 @@ class PartitionState:
         """Starts of one record: each enters the state, or refreshes the deadline of a known one."""
         self.next_offset = max(self.next_offset, offset + 1)
         deadline = timestamp_ms + redeliver_after_ms
-        in_progress, deadlines = self.in_progress, self.deadlines
+        in_flight, deadlines = self.in_flight, self.deadlines
         added = 0
         for message_id, value, headers, count, first, enqueued in entries:
-            if message_id not in in_progress:
-                in_progress[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
+            if message_id not in in_flight:
+                in_flight[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
                                                    offset, timestamp_ms, deadline)
                 self._set_deadline(message_id, deadline)
                 added += 1
             elif message_id in deadlines:
                 # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
-                in_progress[message_id].deadline_ms = deadline
+                in_flight[message_id].deadline_ms = deadline
                 self._set_deadline(message_id, deadline)
                 self.stats["duplicate_start"] += 1
             else:
@@ -121,7 +121,7 @@ class PartitionState:
 
     def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId], *, returned: bool = False) -> None:
         for message_id in message_ids:
-            known = self.in_progress.get(message_id)
+            known = self.in_flight.get(message_id)
             if known is None:
                 self.stats["unknown_keepalive"] += 1
             elif message_id not in self.deadlines:
@@ -133,7 +133,7 @@ class PartitionState:
 
     def end(self, message_ids: Iterable[MessageId]) -> None:
         for message_id in message_ids:
-            known = self.in_progress.pop(message_id, None)
+            known = self.in_flight.pop(message_id, None)
             if known is None:
                 self.stats["unknown_end"] += 1
                 continue
@@ -159,7 +159,7 @@ class PartitionState:
             deadline, message_id = heapq.heappop(heap)
             if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
                 del deadlines[message_id]
-                expired.append(self.in_progress[message_id])
+                expired.append(self.in_flight[message_id])
         return expired
 
     def commit_offset(self) -> int:
@@ -170,12 +170,12 @@ class PartitionState:
         return heap[0] if heap else self.next_offset
 
     def __len__(self) -> int:
-        return len(self.in_progress)
+        return len(self.in_flight)
 
     def per_queue(self) -> dict[str, tuple[int, int]]:
         """Queue → (in flight, oldest Start timestamp ms)."""
         out: dict[str, tuple[int, int]] = {}
-        for item in self.in_progress.values():
+        for item in self.in_flight.values():
             count, oldest = out.get(item.queue, (0, sys.maxsize))
             out[item.queue] = (count + 1, min(oldest, item.start_timestamp_ms))
         return out

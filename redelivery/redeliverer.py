@@ -100,7 +100,7 @@ class Redeliverer:
 
     def _headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
         item = attempt.item
-        headers = wire.DeliveryHeaders(attempt.delivery_count, item.origin_id,
+        headers = wire.DeliveryHeaders(attempt.delivery_count, item.first_id,
                                        item.enqueued_at_ms or item.start_timestamp_ms).encode()
         if attempt.dead_letter:
             reason = f"max deliveries ({self._config.max_deliveries}) reached"

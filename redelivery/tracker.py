@@ -125,7 +125,7 @@ class RedeliveryTracker:
         err = record.error()
         if err is not None:
             if _kafka.is_fatal(err):
-                raise _kafka.raise_from(KafkaException(err), "tracker consumer")
+                raise _kafka.to_kmq_error(KafkaException(err), "tracker consumer")
             log.warning("markers_consume_error", error=err.str())
             return
         part = self._partitions.get(record.partition() or 0)
@@ -184,7 +184,7 @@ class RedeliveryTracker:
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
         log.info("dead_lettered" if attempt.dead_letter else "redelivered", queue=item.queue,
-                 message_id=str(item.message_id), first_message_id=str(item.origin_id),
+                 message_id=str(item.message_id), first_message_id=str(item.first_id),
                  delivery_count=attempt.delivery_count, lag_ms=None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:

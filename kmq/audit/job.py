@@ -32,7 +32,7 @@ STATUSES = ("acked", "rejected", "dead_lettered", "in_flight", "waiting", "overd
 
 MARKER_SCHEMA = T.StructType([
     T.StructField("queue", T.StringType()), T.StructField("kind", T.StringType()),
-    T.StructField("mid", T.StringType()), T.StructField("origin", T.StringType()),
+    T.StructField("mid", T.StringType()), T.StructField("first_id", T.StringType()),
     T.StructField("redeliver_after_ms", T.LongType()), T.StructField("delivery_count", T.IntegerType()),
     T.StructField("end_reason", T.StringType()), T.StructField("reason", T.StringType()),
     T.StructField("ts", T.LongType()), T.StructField("malformed", T.BooleanType()),
@@ -91,7 +91,7 @@ def _decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
             except MarkerDecodeError:
                 rows.append((None, None, None, None, 0, 0, None, None, int(ts), True))
                 continue
-            rows.extend((m.queue, m.type.name, str(m.message_id), str(m.origin_id), m.redeliver_after_ms,
+            rows.extend((m.queue, m.type.name, str(m.message_id), str(m.first_id), m.redeliver_after_ms,
                          m.delivery_count or 1, m.end_reason.name, m.reason, int(ts), False) for m in markers)
         yield pd.DataFrame(rows, columns=MARKER_SCHEMA.fieldNames())
 
@@ -119,14 +119,14 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.col("key").cast("string").alias("queue"),
         F.concat_ws(":", "partition", "offset").alias("mid"),
         _ms("timestamp").alias("enqueued_ts"),
-        _header(wire.HEADER_FIRST_ID).alias("first_id"),
-    ).withColumn("origin", F.coalesce("first_id", "mid"))
-    copies = records.groupBy("queue", "origin").agg(
-        F.min(F.when(F.col("first_id").isNull(), F.col("enqueued_ts"))).alias("enqueued_ts"),
+        _header(wire.HEADER_FIRST_ID).alias("first_id_header"),
+    ).withColumn("first_id", F.coalesce("first_id_header", "mid"))
+    copies = records.groupBy("queue", "first_id").agg(
+        F.min(F.when(F.col("first_id_header").isNull(), F.col("enqueued_ts"))).alias("enqueued_ts"),
         F.count("*").alias("copies"), F.collect_set("mid").alias("copy_ids"))
 
     starts = markers.filter("kind = 'START'").groupBy("mid").agg(
-        F.first("queue").alias("queue"), F.first("origin").alias("origin"), F.min("ts").alias("start_ts"),
+        F.first("queue").alias("queue"), F.first("first_id").alias("first_id"), F.min("ts").alias("start_ts"),
         F.max("delivery_count").alias("delivery_count"))
     last_beat = markers.filter("kind != 'END'").groupBy("mid").agg(
         F.max(F.col("ts") + F.col("redeliver_after_ms")).alias("deadline_ts"),
@@ -148,10 +148,10 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     deliveries = starts.join(last_beat, "mid", "left").join(ends, "mid", "left")
 
     dead = _read(spark, config, config.dlq_topic).select(
-        F.col("key").cast("string").alias("queue"), _header(wire.HEADER_FIRST_ID).alias("origin")
-    ).withColumn("in_dlq", F.lit(True)).dropDuplicates(["queue", "origin"])
+        F.col("key").cast("string").alias("queue"), _header(wire.HEADER_FIRST_ID).alias("first_id")
+    ).withColumn("in_dlq", F.lit(True)).dropDuplicates(["queue", "first_id"])
 
-    per_message = deliveries.groupBy("queue", "origin").agg(
+    per_message = deliveries.groupBy("queue", "first_id").agg(
         F.count("*").alias("deliveries"),
         # Deliveries a handler saw: a delivery given back unprocessed (consumer close, worker shutdown) did not.
         F.sum(1 - F.coalesce(F.col("returned"), F.lit(0))).alias("handler_deliveries"),
@@ -170,7 +170,7 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.sum(F.when(F.col("end_ts").isNull() & (F.col("deadline_ts") < now_ms), 1).otherwise(0))
         .alias("open_overdue"),
     )
-    life = (copies.join(per_message, ["queue", "origin"], "full_outer").join(dead, ["queue", "origin"], "left")
+    life = (copies.join(per_message, ["queue", "first_id"], "full_outer").join(dead, ["queue", "first_id"], "left")
             .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
                      "open_alive": 0,
                      "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))

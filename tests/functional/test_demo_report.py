@@ -7,7 +7,7 @@ import pytest
 
 from kmq import Service
 from kmq.demo import report
-from kmq.stats import MarkerScanner, waiting_origins
+from kmq.stats import MarkerScanner, waiting_first_ids
 from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n
@@ -25,7 +25,7 @@ def test_unfinished_jobs_are_not_called_lost_and_a_vanished_job_is(
         ids = {producer.send(b"%d" % i) for i in range(5)}
     with queue.consumer() as consumer:
         receive_n(consumer, 1)[0].ack()
-    assert len(waiting_origins(config, "jobs")) >= 1
+    assert len(waiting_first_ids(config, "jobs")) >= 1
     # and one job that is nowhere at all
     vanished = MessageId(0, 10_000)
     scanner = MarkerScanner(config)

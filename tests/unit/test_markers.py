@@ -84,7 +84,7 @@ def test_kmq_reads_markers_built_with_the_plain_upstream_schema(
     ours = decode(theirs.SerializeToString())
     assert (ours.type, ours.message_id, ours.redeliver_after_ms, ours.key, ours.value) == (
         kind, mid, after, key, value)
-    assert ours.delivery_count == 0 and ours.first_message_id is None and ours.origin_id == mid
+    assert ours.delivery_count == 0 and ours.first_message_id is None and ours.first_id == mid
 
 
 @pytest.mark.parametrize(("raw", "reason"), [

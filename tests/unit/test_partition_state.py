@@ -93,7 +93,7 @@ def test_folding_a_batch_record_equals_folding_its_markers_one_by_one(
         batched.apply_batch(offset, offset * 100, decode_batch(value))
         for marker in decode_record(value):
             one_by_one.apply(offset, offset * 100, marker)
-    assert batched.in_progress == one_by_one.in_progress
+    assert batched.in_flight == one_by_one.in_flight
     assert batched.commit_offset() == one_by_one.commit_offset()
     assert batched.take_expired(now_ms) == one_by_one.take_expired(now_ms)
 
@@ -148,7 +148,7 @@ class PartitionStateMachine(RuleBasedStateMachine):
 
     @invariant()
     def in_flight_set_matches(self) -> None:
-        assert set(self.state.in_progress) == set(self.model)
+        assert set(self.state.in_flight) == set(self.model)
         assert set(self.state.deadlines) == {m for m, v in self.model.items() if not v[2]}
 
     @invariant()

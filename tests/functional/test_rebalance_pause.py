@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Consumer, ConsumerClosedError, Service
-from kmq._kafka import consumer_group
+from kmq.wire import consumer_group
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, ROOT, env_for
 from tests.markers_io import wait_for

@@ -19,6 +19,12 @@ MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 MARKER_FORMAT_KMQ = "kmq"
 MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
 MARKER_FORMATS = (MARKER_FORMAT_KMQ, MARKER_FORMAT_KAFKA_MQ_GO)
+#: ``rebalance_protocol`` values. librdkafka cannot offer an eager and a cooperative strategy at once, and members
+#: of one group need one in common: kafka-mq-go's consumers and trackers use librdkafka's default (eager).
+REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER = "auto", "cooperative", "eager"
+REBALANCE_PROTOCOLS = (REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER)
+#: The partition.assignment.strategy of each protocol; the eager one is kafka-mq-go's (librdkafka's default).
+ASSIGNMENT_STRATEGIES = {REBALANCE_COOPERATIVE: "cooperative-sticky", REBALANCE_EAGER: "range,roundrobin"}
 MAX_QUEUE_NAME_LENGTH = 200
 ENV_PREFIX = "KMQ_"
 #: KMQ_* variables that other parts of kmq read (not configuration fields): anything else is a typo.
@@ -89,6 +95,10 @@ class Config:
     #: "kmq": batched marker records (fast; needs kmq trackers). "kafka-mq-go": one record per marker,
     #: byte-compatible with kafka-mq-go; required when any Go consumer or tracker shares the topics.
     marker_format: str = MARKER_FORMAT_KMQ
+    #: How consumer and tracker groups rebalance: "cooperative" (incremental, kmq's choice), "eager" (what
+    #: kafka-mq-go's members use: needed to share a group with them), or "auto": eager with the kafka-mq-go marker
+    #: format, cooperative with kmq's.
+    rebalance_protocol: str = REBALANCE_AUTO
     #: How long an ack, release or keep-alive may wait to share a markers record with others.
     settle_linger_ms: int = 5
     #: Settles that make the consumer write their record at once, without waiting ``settle_linger_ms``.
@@ -133,6 +143,9 @@ class Config:
         if self.marker_format not in MARKER_FORMATS:
             raise ConfigError("marker_format", f"must be one of {', '.join(MARKER_FORMATS)}, "
                                                f"got {self.marker_format!r}")
+        if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
+            raise ConfigError("rebalance_protocol", f"must be one of {', '.join(REBALANCE_PROTOCOLS)}, "
+                                                    f"got {self.rebalance_protocol!r}")
         _non_negative("settle_linger_ms", self.settle_linger_ms)
         for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
                      "max_read_ahead_records",
@@ -167,6 +180,18 @@ class Config:
     @property
     def dlq_topic(self) -> str:
         return self.dead_letter_topic or f"{self.message_topic}.dlq"
+
+    @property
+    def eager_rebalance(self) -> bool:
+        """Whether groups use the eager protocol (see ``rebalance_protocol``)."""
+        if self.rebalance_protocol == REBALANCE_AUTO:
+            return self.marker_format == MARKER_FORMAT_KAFKA_MQ_GO
+        return self.rebalance_protocol == REBALANCE_EAGER
+
+    @property
+    def assignment_strategy(self) -> str:
+        """The librdkafka ``partition.assignment.strategy`` kmq's consumers and trackers use."""
+        return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
 
     @property
     def keep_alive_interval_ms(self) -> int:

@@ -71,6 +71,9 @@ class Consumer:
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
+        self._eager = config.eager_rebalance
+        self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
+                                                 config.connect_timeout_ms / 1000)
         self._kafka = KafkaConsumer({
             **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
@@ -328,11 +331,15 @@ class Consumer:
         err: KafkaError = record.error()  # type: ignore[assignment]
         if _kafka.is_fatal(err):
             raise _fatal_error(err, self._config, self._queue)
+        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        if cannot_join is not None:
+            raise cannot_join
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
-        if _kafka.is_fatal(err):
-            self._fatal = _fatal_error(err, self._config, self._queue)
+        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        if _kafka.is_fatal(err) or cannot_join is not None:
+            self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)
             self._log.error("consumer_fatal", error=str(self._fatal))
         elif time.monotonic() - self._last_client_warning > CLIENT_WARNING_EVERY_S:
             # Connection errors repeat many times a second while a broker is down: say it now and then.
@@ -343,8 +350,9 @@ class Consumer:
 
     def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        consumer.incremental_assign(partitions)
-        self._assigned = self._assigned | {p.partition for p in partitions}
+        _kafka.assign(consumer, partitions, self._eager)
+        self._join_watch.assigned()
+        self._assigned = (frozenset() if self._eager else self._assigned) | {p.partition for p in partitions}
         self._intake.assigned(partitions)
         self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
 
@@ -367,7 +375,7 @@ class Consumer:
         # Neither committed nor Started: the partition's next owner reads these records again.
         self._book.forget(gone)
         self._intake.forget(gone)
-        consumer.incremental_unassign(partitions)
+        _kafka.unassign(consumer, partitions, self._eager)
         self._assigned = self._assigned - {p.partition for p in partitions}
 
     def _check_topics(self) -> None:

@@ -1,9 +1,16 @@
 """Message lifecycles folded from the markers topic: per queue, what was delivered, acked, redelivered,
 dead-lettered, and what is still in flight. Pure: no Kafka; the caller feeds it marker records in log order.
+
+kmq's Ends say what they are (an ack carries its writer's instance id; a tracker's End its reason). A *bare* End
+(no reason, no writer) comes from a kafka-mq-go component: a Go consumer's ack, or a Go tracker's End after it
+produced a copy (key and value only, no kmq headers). It is classified when it can be: a first-delivery Start of
+the same queue and payload near it (just before or after) is that copy, so the End is a redelivery and the copy is
+folded into the original. A bare End that matches no copy is counted on its own (``go_ends``), never as an ack.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kmq.markers import EndReason, Marker, MarkerType
@@ -22,6 +29,10 @@ class QueueSummary:
     returned: int = 0
     #: Redeliveries of messages nobody released: their worker crashed or went silent past the deadline.
     recovered: int = 0
+    #: Of ``redelivered``: copies a kafka-mq-go tracker made (matched by queue and payload).
+    go_redelivered: int = 0
+    #: Bare Ends (kafka-mq-go) matched to no copy: a Go consumer's ack, or a Go redelivery not read yet.
+    go_ends: int = 0
     in_flight: int = 0
     oldest_in_flight_ms: int = 0
     acked_first_ids: set[MessageId] = field(default_factory=set, repr=False)
@@ -32,15 +43,22 @@ class QueueSummary:
     def as_dict(self) -> dict[str, int]:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
                 "rejected": self.rejected, "dead_lettered": self.dead_lettered, "released": self.released,
-                "returned": self.returned, "recovered": self.recovered, "in_flight": self.in_flight}
+                "returned": self.returned, "recovered": self.recovered, "go_redelivered": self.go_redelivered,
+                "go_ends": self.go_ends, "in_flight": self.in_flight}
 
 
 @dataclass(slots=True)
 class _Open:
+    message_id: MessageId
     queue: str
     first_id: MessageId
     started_ms: int
+    #: The payload: what links a kafka-mq-go tracker's copy (which has no first-id header) to this message.
+    value: bytes
     released: bool = False
+
+
+Content = tuple[str, bytes]
 
 
 class LifecycleFold:
@@ -49,6 +67,11 @@ class LifecycleFold:
     def __init__(self) -> None:
         self._open: dict[MessageId, _Open] = {}
         self._queues: dict[str, QueueSummary] = {}
+        #: Open messages by (queue, payload), and originals whose bare End matched no copy yet.
+        self._open_by_content: dict[Content, dict[MessageId, _Open]] = defaultdict(dict)
+        self._bare_ended: dict[Content, list[_Open]] = defaultdict(list)
+        #: Original → a first-delivery Start of the same content seen while the original was open.
+        self._copy_candidates: dict[MessageId, _Open] = {}
         self.malformed = 0
 
     def queue(self, name: str) -> QueueSummary:
@@ -70,10 +93,13 @@ class LifecycleFold:
                 summary.returned += 1
                 known.released = True
             return
-        del self._open[marker.message_id]
-        if marker.end_reason is EndReason.REDELIVERED:
+        copy = self._copy_candidates.pop(known.message_id, None)
+        self._close(known)
+        if is_kafka_mq_go_end(marker):
+            self._bare_end(known, copy, summary)
+        elif marker.end_reason is EndReason.REDELIVERED:
             summary.recovered += not known.released
-        if marker.end_reason is EndReason.ACKED:
+        elif marker.end_reason is EndReason.ACKED:
             if known.first_id not in summary.acked_first_ids:
                 summary.acked_first_ids.add(known.first_id)
                 summary.acked += 1
@@ -89,7 +115,41 @@ class LifecycleFold:
         summary = self.queue(marker.queue)
         summary.deliveries += 1
         summary.redelivered += (marker.delivery_count or 1) > 1
-        self._open[marker.message_id] = _Open(marker.queue, marker.first_id, timestamp_ms)
+        item = _Open(marker.message_id, marker.queue, marker.first_id, timestamp_ms, marker.value)
+        content = (marker.queue, marker.value)
+        if marker.first_message_id in (None, marker.message_id):  # a first delivery, as far as headers tell
+            waiting = self._bare_ended.get(content)
+            if waiting:  # a kafka-mq-go tracker's copy of an original it already Ended
+                self._link(waiting.pop(0), item, summary)
+                summary.go_ends -= 1
+            else:
+                for original in self._open_by_content.get(content, {}).values():
+                    self._copy_candidates.setdefault(original.message_id, item)
+                    break
+        self._open[marker.message_id] = item
+        self._open_by_content[content][marker.message_id] = item
+
+    def _bare_end(self, original: _Open, copy: _Open | None, summary: QueueSummary) -> None:
+        if copy is not None and copy.message_id in self._open:
+            self._link(original, copy, summary)
+        else:
+            self._bare_ended[(original.queue, original.value)].append(original)
+            summary.go_ends += 1
+
+    def _link(self, original: _Open, copy: _Open, summary: QueueSummary) -> None:
+        """``copy`` is the kafka-mq-go tracker's redelivery of ``original``: it counts as the original's."""
+        copy.first_id = original.first_id
+        summary.redelivered += 1
+        summary.go_redelivered += 1
+        summary.recovered += not original.released
+
+    def _close(self, item: _Open) -> None:
+        del self._open[item.message_id]
+        same = self._open_by_content.get((item.queue, item.value))
+        if same is not None:
+            same.pop(item.message_id, None)
+            if not same:
+                del self._open_by_content[(item.queue, item.value)]
 
     def summary(self) -> dict[str, QueueSummary]:
         for summary in self._queues.values():
@@ -103,3 +163,10 @@ class LifecycleFold:
             if not summary.oldest_in_flight_ms or item.started_ms < summary.oldest_in_flight_ms:
                 summary.oldest_in_flight_ms = item.started_ms
         return dict(self._queues)
+
+
+def is_kafka_mq_go_end(marker: Marker) -> bool:
+    """A bare End, which no kmq component writes: kmq's acks carry their writer's instance id, its tracker's
+    Ends a reason."""
+    return (marker.type is MarkerType.END and marker.end_reason is EndReason.ACKED and not marker.client_id
+            and not marker.instance_id)

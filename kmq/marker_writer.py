@@ -179,7 +179,7 @@ class MarkerWriter:
             for marker in others:
                 produce(topic, encode(marker), key, on_done=done)
             for message_id in acks:
-                produce(topic, encode_end(message_id), key, on_done=done)
+                produce(topic, encode_end(message_id, self._instance_id), key, on_done=done)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD

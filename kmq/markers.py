@@ -86,10 +86,14 @@ def encode(marker: Marker) -> bytes:
     return msg.SerializeToString()
 
 
-def encode_end(message_id: MessageId) -> bytes:
-    """``encode(Marker(END, message_id))`` without building a Marker: a consumer writes one per ack."""
-    return pb.Marker(type=pb.Marker.END, message_id=pb.MessageID(partition=message_id.partition,
-                                                                  offset=message_id.offset)).SerializeToString()
+def encode_end(message_id: MessageId, instance_id: str = "") -> bytes:
+    """``encode(Marker(END, message_id, instance_id=…))`` without building a Marker: a consumer writes one per ack.
+    The instance id tells a kmq ack from a kafka-mq-go End, which has none (see kmq.lifecycle)."""
+    msg = pb.Marker(type=pb.Marker.END, message_id=pb.MessageID(partition=message_id.partition,
+                                                                 offset=message_id.offset))
+    if instance_id:
+        msg.instance_id = instance_id
+    return msg.SerializeToString()
 
 
 def encode_keep_alive(message_id: MessageId, redeliver_after_ms: int) -> bytes:
@@ -118,8 +122,8 @@ def decode(data: bytes | None) -> Marker:
     if msg.message_id.partition < 0 or msg.message_id.offset < 0:
         raise MarkerDecodeError("negative message_id", data)
     kind = MarkerType(msg.type)
-    if kind is MarkerType.START and not msg.key:
-        raise MarkerDecodeError("START without a key (queue id)", data)
+    # A START with an empty key is what a kafka-mq-go consumer of queue "" writes (proto3 omits empty bytes):
+    # legal there, so a kmq tracker tracks and redelivers it like any other (its copy has an empty key).
     return Marker(
         type=kind,
         message_id=MessageId(msg.message_id.partition, msg.message_id.offset),

@@ -239,7 +239,8 @@ class Worker:
             self.metrics.rejects.labels(msg.queue).inc()
             log.warning("message_rejected", queue=msg.queue, message_id=str(msg.message_id),
                         reason=outcome.detail)
-            self._settle(msg, "rejected", lambda: msg.reject(outcome.detail))
+            if self._settle(msg, "rejected", lambda: msg.reject(outcome.detail)):
+                self.metrics.dead_letters.labels(msg.queue).inc()  # a reject lands on the dead-letter topic too
             return
         if outcome.kind == "failed":
             self.metrics.errors.labels(msg.queue).inc()

@@ -23,7 +23,7 @@ from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
-from kmq.errors import MarkerDecodeError
+from kmq.errors import KmqError, MarkerDecodeError
 from kmq.marker_batch import decode_batch, is_batch
 from kmq.markers import decode
 from kmq.metrics_http import BrokerProbe
@@ -77,6 +77,10 @@ class RedeliveryTracker:
                                        "tracker-markers")
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
+        self._eager = config.eager_rebalance
+        self._join_watch = _kafka.GroupJoinWatch(config.tracker_group, config.assignment_strategy,
+                                                 config.connect_timeout_ms / 1000)
+        self._fatal: KmqError | None = None
         #: Assigned partitions whose committed offset is not known yet, with the records read for them meanwhile.
         self._pending: dict[int, list[KafkaMessage]] = {}
         self._last_init_try = 0.0
@@ -101,6 +105,8 @@ class RedeliveryTracker:
                 self._poll_iteration()
         finally:
             self._shutdown()
+        if self._fatal is not None:
+            raise self._fatal
 
     def stop(self) -> None:
         self._stop.set()
@@ -230,7 +236,8 @@ class RedeliveryTracker:
     def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         try:
             self._pause_gc()
-            consumer.incremental_assign(partitions)
+            _kafka.assign(consumer, partitions, self._eager)
+            self._join_watch.assigned()
             for tp in partitions:
                 self._pending[tp.partition] = []
             log.info("partitions_assigned", partitions=[tp.partition for tp in partitions])
@@ -272,12 +279,18 @@ class RedeliveryTracker:
             self._partitions.pop(tp.partition, None)
             self._pending.pop(tp.partition, None)
         try:
-            consumer.incremental_unassign(partitions)
+            _kafka.unassign(consumer, partitions, self._eager)
         except Exception as err:  # noqa: BLE001 - see above
             log.error("rebalance_callback_failed", callback=event, error=_describe(err))
         log.info(event, partitions=[tp.partition for tp in partitions])
 
     def _on_client_error(self, err: KafkaError) -> None:
+        cannot_join = self._join_watch.check(err, bool(self._partitions or self._pending))
+        if cannot_join is not None and self._fatal is None:
+            self._fatal = cannot_join
+            log.error("tracker_fatal", error=str(cannot_join))
+            self.stop()
+            return
         # Repeats many times a second while the broker is away: say it every few seconds, with what we wait for.
         if self._monotonic() - self._last_complaint >= COMPLAIN_EVERY_S:
             self._last_complaint = self._monotonic()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -28,7 +28,9 @@ from kmq.audit import SPARK_VERSION, connector_jars
 from kmq.config import Config
 from kmq.errors import KmqError
 
-STATUSES = ("acked", "rejected", "dead_lettered", "in_flight", "waiting", "overdue", "orphaned")
+STATUSES = ("acked", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue", "orphaned")
+#: ``end_reason`` of a bare End (kafka-mq-go's: a Go consumer's ack or a Go tracker's redelivery; kmq.lifecycle).
+GO_END = "GO_END"
 
 MARKER_SCHEMA = T.StructType([
     T.StructField("queue", T.StringType()), T.StructField("kind", T.StringType()),
@@ -81,6 +83,7 @@ def _decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
 
     from kmq.errors import MarkerDecodeError
+    from kmq.lifecycle import is_kafka_mq_go_end
     from kmq.marker_batch import decode_record
 
     for batch in batches:
@@ -92,7 +95,8 @@ def _decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
                 rows.append((None, None, None, None, 0, 0, None, None, int(ts), True))
                 continue
             rows.extend((m.queue, m.type.name, str(m.message_id), str(m.first_id), m.redeliver_after_ms,
-                         m.delivery_count or 1, m.end_reason.name, m.reason, int(ts), False) for m in markers)
+                         m.delivery_count or 1, GO_END if is_kafka_mq_go_end(m) else m.end_reason.name,
+                         m.reason, int(ts), False) for m in markers)
         yield pd.DataFrame(rows, columns=MARKER_SCHEMA.fieldNames())
 
 
@@ -120,7 +124,13 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.concat_ws(":", "partition", "offset").alias("mid"),
         _ms("timestamp").alias("enqueued_ts"),
         _header(wire.HEADER_FIRST_ID).alias("first_id_header"),
-    ).withColumn("first_id", F.coalesce("first_id_header", "mid"))
+        F.sha2(F.col("value"), 256).alias("content"),
+    )
+    go_copies = _go_copies(records, markers)
+    records = (records.join(go_copies.select(F.col("copy_mid").alias("mid"), "linked_first_id"), "mid", "left")
+               .withColumn("first_id", F.coalesce("linked_first_id", "first_id_header", "mid"))
+               # A linked copy is not a new message: it has no enqueue time of its own.
+               .withColumn("first_id_header", F.coalesce("first_id_header", "linked_first_id")))
     copies = records.groupBy("queue", "first_id").agg(
         F.min(F.when(F.col("first_id_header").isNull(), F.col("enqueued_ts"))).alias("enqueued_ts"),
         F.count("*").alias("copies"), F.collect_set("mid").alias("copy_ids"))
@@ -144,8 +154,17 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.max(ended("REJECTED").cast("int")).alias("delivery_rejected"),
         F.max(ended("DEAD_LETTERED").cast("int")).alias("delivery_dead"),
         F.sum(ended("REDELIVERED").cast("int")).alias("delivery_redelivered"),
+        F.sum(ended(GO_END).cast("int")).alias("delivery_go_ends"),
         F.min("ts").alias("end_ts"))
-    deliveries = starts.join(last_beat, "mid", "left").join(ends, "mid", "left")
+    linked = go_copies.select(F.col("copy_mid").alias("mid"), "linked_first_id")
+    go_redelivered = go_copies.select(F.col("original_mid").alias("mid"), F.lit(1).alias("go_redelivered"))
+    deliveries = (starts.join(last_beat, "mid", "left").join(ends, "mid", "left").join(linked, "mid", "left")
+                  .withColumn("first_id", F.coalesce("linked_first_id", "first_id"))
+                  .join(go_redelivered, "mid", "left")
+                  .withColumn("go_redelivered", F.coalesce("go_redelivered", F.lit(0)))
+                  # A bare End with no copy: a Go consumer's ack, or a Go redelivery not read yet.
+                  .withColumn("go_end", ((F.col("delivery_go_ends") > 0) & (F.col("go_redelivered") == 0))
+                              .cast("int")))
 
     dead = _read(spark, config, config.dlq_topic).select(
         F.col("key").cast("string").alias("queue"), _header(wire.HEADER_FIRST_ID).alias("first_id")
@@ -163,7 +182,9 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.max("ack_ts").alias("acked_ts"),
         F.max("delivery_rejected").alias("rejected"),
         F.max("delivery_dead").alias("dead_by_tracker"),
-        F.sum("delivery_redelivered").alias("redelivered"),
+        F.sum(F.coalesce("delivery_redelivered", F.lit(0)) + F.col("go_redelivered")).alias("redelivered"),
+        F.sum("go_redelivered").alias("go_redelivered"),
+        F.sum("go_end").alias("go_ends"),
         F.sum("released").alias("released"),
         F.sum(F.when(F.col("end_ts").isNull() & (F.col("deadline_ts") >= now_ms), 1).otherwise(0))
         .alias("open_alive"),
@@ -172,12 +193,13 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     )
     life = (copies.join(per_message, ["queue", "first_id"], "full_outer").join(dead, ["queue", "first_id"], "left")
             .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
-                     "open_alive": 0,
+                     "open_alive": 0, "go_redelivered": 0, "go_ends": 0,
                      "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
     started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
     life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
                            .when(F.col("rejected") > 0, "rejected")
                            .when((F.col("dead_by_tracker") > 0) | F.col("in_dlq"), "dead_lettered")
+                           .when(F.col("go_ends") > 0, "ended_by_go")
                            .when(F.col("open_alive") > 0, "in_flight")
                            .when(F.col("open_overdue") > 0, "overdue")
                            .when(F.col("copies") > started_copies, "waiting")
@@ -192,6 +214,25 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     return life.drop("copy_ids"), int(malformed), int(now_ms)
 
 
+def _go_copies(records: DataFrame, markers: DataFrame) -> DataFrame:
+    """kafka-mq-go trackers' copies: a record without a first-id header with the queue and payload of an earlier
+    record whose delivery got a bare End. One copy per original, the earliest after it; columns copy_mid,
+    original_mid, linked_first_id."""
+    bare = markers.filter(F.col("end_reason") == GO_END).select("mid").distinct()
+    originals = records.join(bare, "mid").select(
+        "queue", "content", F.col("mid").alias("original_mid"), F.col("enqueued_ts").alias("original_ts"),
+        F.coalesce("first_id_header", "mid").alias("linked_first_id"))
+    candidates = records.filter(F.col("first_id_header").isNull()).select(
+        "queue", "content", F.col("mid").alias("copy_mid"), F.col("enqueued_ts").alias("copy_ts"))
+    pairs = candidates.join(originals, ["queue", "content"]).filter(
+        (F.col("copy_mid") != F.col("original_mid")) & (F.col("copy_ts") >= F.col("original_ts")))
+    earliest = Window.partitionBy("original_mid").orderBy("copy_ts", "copy_mid")
+    latest = Window.partitionBy("copy_mid").orderBy(F.col("original_ts").desc(), F.col("original_mid").desc())
+    return (pairs.withColumn("n", F.row_number().over(earliest)).filter("n = 1")
+            .withColumn("m", F.row_number().over(latest)).filter("m = 1")
+            .select("copy_mid", "original_mid", "linked_first_id"))
+
+
 def summarise(life: DataFrame) -> dict[str, dict[str, Any]]:
     """Per-queue counts, percentiles and the delivery-count histogram (small: collected to the driver)."""
     pct = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
@@ -201,6 +242,8 @@ def summarise(life: DataFrame) -> dict[str, dict[str, Any]]:
         F.sum("deliveries").alias("deliveries"),
         F.sum("released").alias("released"),
         F.sum("redelivered").alias("redelivered"),
+        F.sum("go_redelivered").alias("go_redelivered"),
+        F.sum("go_ends").alias("go_ends"),
         F.sum(F.greatest(F.col("acks") - 1, F.lit(0))).alias("duplicate_acks"),
         # A handler that finished more than once (its side effects happened twice).
         F.sum(F.when(F.col("acks") > 1, 1).otherwise(0)).alias("acked_more_than_once"),

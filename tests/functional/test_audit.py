@@ -143,3 +143,41 @@ def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_heade
         "produced": 1, "acked": 1, "redelivered": 1, "acked_more_than_once": 1, "delivered_more_than_once": 1,
         "duplicate_acks": 1, "lost": 0}
     assert q["processing_ms_p50_p95_p99"][0] is not None
+
+
+def test_stats_and_the_audit_classify_what_kafka_mq_go_components_wrote_and_never_count_it_as_acks(
+    kmq_config: ConfigFactory, tmp_path: Path
+) -> None:
+    # Exactly what Go components write: a Go tracker copies M and R (key and value only) and writes bare Ends for
+    # them (R was released first); a Go consumer acks N with a bare End. kmq consumers then ack the two copies.
+    from kmq.stats import collect
+
+    config = kmq_config(partitions=1, marker_partitions=1)
+    with Service(config).queue("go").producer() as producer:
+        m, n, r = (producer.send(p) for p in (b"job-m", b"job-n", b"job-r"))
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    for payload in (b"job-m", b"job-r"):  # the Go tracker's copies: no kmq headers
+        raw.produce(config.message_topic, payload, b"go")
+    assert raw.flush(10) == 0
+    copy_m, copy_r = MessageId(0, r.offset + 1), MessageId(0, r.offset + 2)
+    kmq_ack = {"instance_id": "host:1"}
+    for marker in (Marker(MarkerType.START, m, 60_000, b"go", b"job-m"),  # Go consumer Starts: no count, no writer
+                   Marker(MarkerType.START, n, 60_000, b"go", b"job-n"),
+                   Marker(MarkerType.START, r, 60_000, b"go", b"job-r"),
+                   Marker(MarkerType.KEEPALIVE, r, 0, reason="released"),
+                   Marker(MarkerType.END, m), Marker(MarkerType.END, n), Marker(MarkerType.END, r),
+                   Marker(MarkerType.START, copy_m, 60_000, b"go", b"job-m", delivery_count=1,
+                          first_message_id=copy_m, instance_id="host:1"),
+                   Marker(MarkerType.START, copy_r, 60_000, b"go", b"job-r", delivery_count=1,
+                          first_message_id=copy_r, instance_id="host:1"),
+                   Marker(MarkerType.END, copy_m, **kmq_ack), Marker(MarkerType.END, copy_r, **kmq_ack)):
+        raw.produce(config.marker_topic, encode(marker), b"go")
+    assert raw.flush(10) == 0
+    [stats] = collect(config, ["go"])
+    assert (stats.acked, stats.redelivered, stats.released, stats.go_ends, stats.in_flight) == (2, 2, 1, 1, 0)
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    q = result["queues"]["go"]
+    assert {k: q[k] for k in ("produced", "acked", "redelivered", "go_redelivered", "go_ends", "ended_by_go",
+                              "released", "lost", "acked_more_than_once")} == {
+        "produced": 3, "acked": 2, "redelivered": 2, "go_redelivered": 2, "go_ends": 1, "ended_by_go": 1,
+        "released": 1, "lost": 0, "acked_more_than_once": 0}

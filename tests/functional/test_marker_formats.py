@@ -31,11 +31,12 @@ def test_messages_started_but_not_handed_out_during_a_slow_commit_are_kept_alive
     commit = _kafka.commit
     slow = {"left": 1}
 
-    def slow_commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str) -> CommitOutcome:
+    def slow_commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str,
+                    attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:
         if slow["left"]:
             slow["left"] -= 1
             time.sleep(4)  # like a commit blocked by a rebalance under way
-        return commit(consumer, offsets, what)
+        return commit(consumer, offsets, what, attempts)
 
     monkeypatch.setattr(_kafka, "commit", slow_commit)
     queue = Service(config).queue("slow-commit")

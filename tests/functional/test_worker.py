@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from kmq import Config
 from tests.conftest import ConfigFactory
 from tests.functional.test_cli import kmq, stats
-from tests.helpers import ROOT, env_for, tracker_thread
+from tests.helpers import ROOT, env_for, free_port, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -93,18 +94,28 @@ def test_a_handler_past_its_time_limit_is_stopped_released_and_finally_dead_lett
     kmq_config: ConfigFactory, workers: Workers, mode: str,
 ) -> None:
     config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=2)
+    port = free_port()
     extra = ["--processes"] if mode == "processes" else []
     with tracker_thread(config):
         assert kmq(config, "send", "hung", "spin").returncode == 0
-        worker = workers.start(config, "tests.handlers:spin_unless_ok", "hung", "--time-limit", "1", *extra)
+        worker = workers.start(config, "tests.handlers:spin_unless_ok", "hung", "--time-limit", "1",
+                               "--metrics-port", str(port), *extra)
         assert wait_for(lambda: stats(config, "hung")["dead_lettered"] == 1, timeout_s=60), stats(config, "hung")
         # The one worker slot is free again: the next job runs and is acked.
         assert kmq(config, "send", "hung", "ok").returncode == 0
         assert wait_for(lambda: stats(config, "hung")["acked"] == 1, timeout_s=30)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            metrics = response.read().decode()
         code, counts, err, _ = terminate(worker)
     assert code == 0, err
     assert counts == {"timed_out": 2, "released": 1, "dead_lettered": 1, "acked": 1}
     assert "TimeLimitExceeded" in err and "message_dead_lettered" in err
+    for line in ('kmq_worker_messages_total{queue="hung"} 3.0',
+                 'kmq_worker_time_limit_exceeded_total{queue="hung"} 2.0',
+                 'kmq_worker_message_retries_total{queue="hung"} 1.0',
+                 'kmq_dead_letters_total{queue="hung"} 1.0',
+                 'kmq_worker_message_duration_seconds_count{queue="hung"} 3.0'):
+        assert line in metrics, line
     spins = [r for r in workers.runs() if r["payload"] == "spin"]
     assert [r["delivery_count"] for r in spins] == [1, 2]
     if mode == "processes":

@@ -123,3 +123,21 @@ def test_a_config_survives_pickling_for_worker_processes() -> None:
 
     config = Config(**BASE, kafka={"client.rack": "r1"}, max_deliveries=3)
     assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_a_mistyped_environment_variable_is_an_error_naming_the_closest_one() -> None:
+    with pytest.raises(ConfigError, match=r"KMQ_MAX_DELIVERY: unknown environment variable \(did you mean "
+                                          r"KMQ_MAX_DELIVERIES\?\)"):
+        Config.load(env={"KMQ_BOOTSTRAP_SERVERS": "x:1", "KMQ_MAX_DELIVERY": "3"})
+
+
+def test_librdkafka_passthrough_and_other_kmq_variables_are_not_typos() -> None:
+    config = Config.load(env={"KMQ_BOOTSTRAP_SERVERS": "x:1", "KMQ_KAFKA_SECURITY_PROTOCOL": "SSL",
+                              "KMQ_CONFIG": "kmq.yaml", "KMQ_LOG_LEVEL": "info", "KMQ_TRACKER_GROUP": "g2"})
+    assert config.kafka["security.protocol"] == "SSL" and config.tracker_group == "g2"
+
+
+@pytest.mark.parametrize("value", [[1, 2], "security.protocol=SSL", 7])
+def test_a_kafka_section_that_is_not_a_mapping_is_a_config_error(value: object) -> None:
+    with pytest.raises(ConfigError, match="kafka: must be a mapping of librdkafka settings"):
+        Config.from_mapping({"bootstrap_servers": "x:1", "kafka": value})

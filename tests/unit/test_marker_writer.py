@@ -87,7 +87,8 @@ def test_the_kafka_mq_go_format_writes_one_plain_marker_per_start_and_settle() -
         assert [(m.type, m.message_id) for m in decoded] == [
             (MarkerType.START, MessageId(0, 5)), (MarkerType.KEEPALIVE, MessageId(0, 6)),
             (MarkerType.END, MessageId(0, 5))]
-        assert decoded[0].instance_id == "host:1" and decoded[2].instance_id == "", "no instance id per settle"
+        # An ack says who wrote it: that tells it from a kafka-mq-go End (kmq.lifecycle); keep-alives do not.
+        assert decoded[0].instance_id == decoded[2].instance_id == "host:1" and decoded[1].instance_id == ""
         assert decoded[1] == Marker(MarkerType.KEEPALIVE, MessageId(0, 6), 300, reason=RELEASE_REASON)
     finally:
         writer.close(0)

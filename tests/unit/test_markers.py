@@ -94,7 +94,6 @@ def test_kmq_reads_markers_built_with_the_plain_upstream_schema(
     (bytes.fromhex("08 07 1a 04 08 01 10 05"), "unknown marker version 7"),
     (bytes.fromhex("10 09 1a 00"), "unknown marker type 9"),
     (bytes.fromhex("10 01"), "no message_id"),
-    (bytes.fromhex("1a 00 20 e8 07"), "START without a key"),
 ])
 def test_malformed_markers_are_refused_with_the_reason(raw: bytes | None, reason: str) -> None:
     with pytest.raises(MarkerDecodeError, match=reason) as caught:
@@ -106,3 +105,9 @@ def test_malformed_markers_are_refused_with_the_reason(raw: bytes | None, reason
 def test_arbitrary_bytes_decode_or_raise_marker_decode_error_never_anything_else(raw: bytes) -> None:
     with contextlib.suppress(MarkerDecodeError):
         decode(raw)
+
+
+def test_a_start_with_an_empty_key_is_what_a_go_consumer_of_queue_empty_writes_and_is_accepted() -> None:
+    start = decode(bytes.fromhex("1a 04 08 01 10 05 20 e8 07 32 01 78"))  # no key (field 5), value "x"
+    assert (start.type, start.key, start.queue, start.value, start.message_id) == (
+        MarkerType.START, b"", "", b"x", MessageId(1, 5))

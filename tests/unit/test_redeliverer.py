@@ -96,3 +96,10 @@ def test_a_copy_counts_one_more_delivery_unless_the_message_was_given_back_unpro
     redeliverer.submit(Attempt(0, released, dead_letter=False))
     redeliverer.submit(Attempt(0, returned, dead_letter=False))
     assert [dict(r.headers)["kmq-delivery-count"] for r in sender.records] == [b"3", b"2"]
+
+
+def test_a_start_of_queue_empty_from_a_go_consumer_is_redelivered_with_an_empty_key() -> None:
+    redeliverer, sender, _, _, _ = _rig(fmt="kafka-mq-go")
+    redeliverer.submit(Attempt(0, _item(3, key=b""), dead_letter=False))
+    [copy] = sender.records
+    assert (copy.key, copy.value) == (b"", b"payload-3")

@@ -227,7 +227,11 @@ class Config:
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as err:
-            raise ConfigError("config_file", f"{path} is not valid YAML: {err}") from err
+            # PyYAML's message spans lines (with a caret drawing): one line, with where.
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise ConfigError("config_file", f"{path} is not valid YAML: {problem}{where}") from err
         if not isinstance(data, Mapping):
             raise ConfigError("config_file", f"{path} must hold a mapping of settings")
         return cls.load(data, env)

@@ -26,7 +26,7 @@ from kmq._kafka import PolledProducer
 from kmq._util import take_all
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
-from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, TopicError, UndeliveredMarkersError
+from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
 from kmq.in_flight import InFlightMessages
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
@@ -379,15 +379,7 @@ class Consumer:
         self._assigned = self._assigned - {p.partition for p in partitions}
 
     def _check_topics(self) -> None:
-        topic = self._config.message_topic
-        try:
-            meta = self._kafka.list_topics(topic, timeout=self._config.connect_timeout_ms / 1000)
-        except KafkaException as exc:
-            raise KafkaClientError(f"cannot reach Kafka at {self._config.bootstrap_servers} within "
-                                   f"{self._config.connect_timeout_ms} ms: {exc}", retriable=True) from exc
-        info = meta.topics.get(topic)
-        if info is None or info.error is not None:
-            raise TopicError(f"message topic {topic!r} does not exist: create it with `kmq topics create`")
+        _kafka.topic_partitions(self._kafka, self._config, self._config.message_topic, "message")
 
 
 def _close_within(client: KafkaConsumer, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:

@@ -12,12 +12,11 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
 from kmq.config import Config
-from kmq.errors import KafkaClientError, TopicError
 from kmq.wire import MessageId
 
 
@@ -39,7 +38,8 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
     consumer = KafkaConsumer({**_kafka.consumer_settings(config.replace(client_id=""), group, "kmq-dlq"),
                               "enable.partition.eof": True})
     try:
-        _check_topic(consumer, config)
+        # An empty answer must mean "no dead letters", never "could not look".
+        _kafka.topic_partitions(consumer, config, config.dlq_topic, "dead-letter")
     except BaseException:
         consumer.close()
         raise
@@ -78,19 +78,6 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
     return consumer, found
-
-
-def _check_topic(consumer: KafkaConsumer, config: Config) -> None:
-    """An empty answer must mean "no dead letters", never "could not look"."""
-    timeout_s = config.connect_timeout_ms / 1000
-    try:
-        meta = consumer.list_topics(config.dlq_topic, timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
-    info = meta.topics.get(config.dlq_topic)
-    if info is None or info.error is not None:
-        raise TopicError(f"dead-letter topic {config.dlq_topic!r} does not exist: create it with `kmq topics create`")
 
 
 def list_dead_letters(config: Config, queue: str, limit: int | None = 100, idle_s: float = 3.0) -> list[DeadLetter]:

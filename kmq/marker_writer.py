@@ -20,7 +20,7 @@ import structlog
 from kmq._util import take_all
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
-from kmq.errors import DeliveryError
+from kmq.errors import DeliveryError, KmqError
 from kmq.marker_batch import Startable, encode_settles, encode_starts, start_size
 from kmq.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
 from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
@@ -170,16 +170,27 @@ class MarkerWriter:
             keep_alives, others, acks = take_all(self._keep_alives), take_all(self._others), take_all(self._acks)
             if not (keep_alives or others or acks):
                 return
-            if self._batched:
-                self._write_batches(keep_alives, others, acks)
-                return
-            produce, topic, key, done = self._producer.produce, self._topic, self._key, self._one_delivered
-            for message_id in keep_alives:
-                produce(topic, encode_keep_alive(message_id, self._after_ms), key, on_done=done)
-            for marker in others:
-                produce(topic, encode(marker), key, on_done=done)
-            for message_id in acks:
-                produce(topic, encode_end(message_id, self._instance_id), key, on_done=done)
+            try:
+                if self._batched:
+                    self._write_batches(keep_alives, others, acks)
+                else:
+                    self._write_plain(keep_alives, others, acks)
+            except KmqError as err:
+                # librdkafka refused the records outright (e.g. the topic is gone): they are lost, not retried,
+                # and the writer thread must live on for the next settles.
+                lost = len(keep_alives) + len(others) + len(acks)
+                self.undelivered += lost
+                log.error("markers_not_written", queue=self._key.decode(errors="replace"), markers=lost,
+                          error=str(err))
+
+    def _write_plain(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
+        produce, topic, key, done = self._producer.produce, self._topic, self._key, self._one_delivered
+        for message_id in keep_alives:
+            produce(topic, encode_keep_alive(message_id, self._after_ms), key, on_done=done)
+        for marker in others:
+            produce(topic, encode(marker), key, on_done=done)
+        for message_id in acks:
+            produce(topic, encode_end(message_id, self._instance_id), key, on_done=done)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq.config import Config
-from kmq.errors import KafkaClientError, MarkerDecodeError, TopicError
+from kmq.errors import KafkaClientError, MarkerDecodeError
 from kmq.lifecycle import LifecycleFold
 from kmq.marker_batch import decode_record
 from kmq.wire import MessageId
@@ -54,16 +54,8 @@ class TopicReplay:
         self._consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
 
     def _partitions(self) -> list[int]:
-        timeout_s = self._config.connect_timeout_ms / 1000
-        try:
-            meta = self._consumer.list_topics(self._topic, timeout=timeout_s)
-        except KafkaException as exc:
-            raise KafkaClientError(f"cannot reach Kafka at {self._config.bootstrap_servers} within "
-                                   f"{timeout_s:.0f}s: {_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
-        info = meta.topics.get(self._topic)
-        if info is None or info.error is not None:
-            raise TopicError(f"topic {self._topic!r} does not exist: create it with `kmq topics create`")
-        return list(info.partitions)
+        role = "markers" if self._topic == self._config.marker_topic else "message"
+        return _kafka.topic_partitions(self._consumer, self._config, self._topic, role)
 
     def _left(self) -> dict[int, tuple[int, int]]:
         """Partition → (next offset to read, end offset now) for each partition with records left."""

@@ -214,7 +214,10 @@ def test_malformed_yaml_is_one_clear_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("bootstrap-servers: [oops\n")
     result = kmq(None, "stats", "--config", str(path))
-    assert result.returncode == 1 and "is not valid YAML" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kmq stats: error: invalid config: config_file: {path} is not valid YAML: expected ',' or ']', but got "
+        "'<stream end>' at line 2, column 1"]
 
 
 def test_a_worker_in_process_mode_runs_the_handler_in_a_pool(kmq_config: ConfigFactory) -> None:

@@ -32,12 +32,14 @@ def _produce(config: Config, queue: str) -> None:
 
 
 class Member:
-    """A plain group member in its own process (tests.group_member), to be SIGKILLed."""
+    """A plain group member in its own process (tests.group_member), to be SIGKILLed; it uses the kmq consumers'
+    strategy (eager in the kafka-mq-go format), so the two can share the group."""
 
     def __init__(self, config: Config, queue: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.group_member", config.bootstrap_servers, consumer_group(queue),
-             config.message_topic], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             config.message_topic, config.assignment_strategy], cwd=ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
 
     def kill(self) -> None:
         self.proc.kill()

@@ -69,8 +69,8 @@ def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient 
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s}s: {exc}",
-                               retriable=True) from exc
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
+                               f"{_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
     found: dict[str, int] = {}
     for topic in (config.message_topic, config.marker_topic, config.dlq_topic):
         info = meta.topics.get(topic)

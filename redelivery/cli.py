@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 import structlog
@@ -68,13 +69,14 @@ def wait_for_topics(config: Config, stop: threading.Event) -> bool:
     """Checks the topics (markers with LogAppendTime) before tracking; while the broker cannot be reached, says so
     every few seconds and tries again (a deployed tracker may start before its broker). False if stopped."""
     while not stop.is_set():
+        started = time.monotonic()
         try:
             check_topics(config, timeout_s=WAIT_FOR_BROKER_S)
             return True
         except KafkaClientError as err:
             log.warning("tracker_waiting_for_kafka", bootstrap_servers=config.bootstrap_servers, error=str(err),
-                        retry_in_s=WAIT_FOR_BROKER_S)
-            stop.wait(WAIT_FOR_BROKER_S)
+                        retry_every_s=WAIT_FOR_BROKER_S)
+            stop.wait(max(0.0, WAIT_FOR_BROKER_S - (time.monotonic() - started)))
     return False
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kmq import Config
 from tests.conftest import ConfigFactory
@@ -267,3 +268,40 @@ def test_stats_shows_a_queue_nobody_consumes_and_counts_only_its_own_waiting_rec
     assert (rows["idle"]["waiting"], rows["idle"]["in_flight"], rows["idle"]["deliveries"]) == (50, 0, 0)
     assert rows["idle"]["oldest_waiting_age_s"] >= 0
     assert (rows["busy"]["waiting"], rows["busy"]["acked"]) == (0, 30)
+
+
+def test_worker_and_tracker_refuse_a_markers_topic_on_create_time(kafka_bootstrap: str, admin: AdminClient) -> None:
+    stamp = time.time_ns()
+    config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"ct-{stamp}.m", marker_topic=f"ct-{stamp}.mk")
+    futures = admin.create_topics([NewTopic(t, 1, 1) for t in (config.message_topic, config.marker_topic,
+                                                               config.dlq_topic)])
+    for future in futures.values():
+        future.result(30)
+    try:
+        for args in (["worker", "tests.handlers:record", "--queue", "q"], ["tracker"]):
+            result = kmq(config, *args, timeout=60)
+            assert result.returncode == 1, result.stderr
+            assert f"markers topic '{config.marker_topic}' has message.timestamp.type=CreateTime" in \
+                result.stderr.strip().splitlines()[-1]
+    finally:
+        admin.delete_topics([config.message_topic, config.marker_topic, config.dlq_topic])
+
+
+def test_a_tracker_without_a_broker_says_so_every_few_seconds_and_stops_on_sigterm() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+           "KMQ_CONNECT_TIMEOUT_MS": "1000"}
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.cli", "tracker"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _started.append(proc)
+    assert proc.stderr is not None
+    complaints = []
+    deadline = time.monotonic() + 30
+    for line in proc.stderr:
+        if "tracker_waiting_for_kafka" in line:
+            complaints.append(time.monotonic())
+        if len(complaints) == 2 or time.monotonic() > deadline:
+            break
+    assert len(complaints) == 2 and complaints[1] - complaints[0] < 10
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0

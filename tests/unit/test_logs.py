@@ -39,3 +39,13 @@ def test_noise_facilities_are_debug_and_critical_lines_stay_errors() -> None:
         handler.emit(_record("BGQUEUE [rdkafka#producer-2] [thrd:app]: Purging 1 unserved events", logging.WARNING))
         handler.emit(_record("FATAL [rdkafka#consumer-3] [thrd:main]: fenced", logging.CRITICAL))
     assert [(e["facility"], e["log_level"]) for e in logs] == [("BGQUEUE", "debug"), ("FATAL", "error")]
+
+
+def test_a_library_user_who_configures_nothing_gets_kmq_logs_on_stderr_never_stdout() -> None:
+    import subprocess
+    import sys
+
+    code = "import kmq\nfrom kmq.producer import log\nlog.warning('kmq_says', where='stderr')\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout == ""
+    assert "kmq_says" in result.stderr and "where=stderr" in result.stderr

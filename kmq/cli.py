@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -66,6 +67,15 @@ SECONDS = _number(float, 0)
 PORT = _number(int, 0, high=65535)
 
 
+def _iso_time(text: str) -> datetime:
+    """An ISO 8601 time; UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _log_level(text: str) -> str:
     if text.lower() not in logs.LEVELS:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(logs.LEVELS)}, got {text!r}")
@@ -109,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
     send.add_argument("--count", type=COUNT, default=1, help="send the payload N times (load); '{i}' is replaced")
     send.add_argument("--header", action="append", default=[], metavar="K=V")
+    send.add_argument("--delay", type=SECONDS, metavar="SECONDS",
+                      help="no handler gets it before this many seconds")
+    send.add_argument("--at", dest="deliver_at", type=_iso_time, metavar="TIME",
+                      help="no handler gets it before TIME (ISO 8601, UTC if no zone)")
 
     worker = _sub(subs, "worker", "Run a handler over a queue: return → ack, kmq.Reject → reject, "
                                   "exception → retry with backoff, then dead letter after max deliveries.")
@@ -143,8 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, processed twice, slow, "
                                 "dead-lettered (needs kmq[spark]).")
     audit.add_argument("--queue", action="append", default=[], help="only these queues")
-    audit.add_argument("--from", dest="from_time", help="enqueued at or after (ISO 8601, UTC if no zone)")
-    audit.add_argument("--to", dest="to_time", help="enqueued before (ISO 8601)")
+    audit.add_argument("--from", dest="from_time", type=_iso_time,
+                       help="enqueued at or after (ISO 8601, UTC if no zone)")
+    audit.add_argument("--to", dest="to_time", type=_iso_time, help="enqueued before (ISO 8601)")
     audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
     return parser
@@ -235,7 +250,7 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
     sent, started, last_report = 0, time.monotonic(), 0.0
     with Service(config).queue(args.queue).producer() as producer:
         for payload in _payloads(args):
-            producer.send_async(payload, headers or None)
+            producer.send_async(payload, headers or None, delay=args.delay, deliver_at=args.deliver_at)
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()
@@ -288,7 +303,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
-               "acked", "redelivered", "released", "returned", "dead_lettered", "go_ends"]
+               "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "go_ends"]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
@@ -319,16 +334,8 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _time_ms(text: str | None) -> int | None:
-    if text is None:
-        return None
-    from datetime import UTC, datetime
-
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise KmqError(f"not an ISO 8601 time: {text!r}") from None
-    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+def _time_ms(moment: datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
 
 
 AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",

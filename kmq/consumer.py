@@ -26,6 +26,7 @@ from kmq._kafka import PolledProducer
 from kmq._util import take_all
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
+from kmq.due_times import DueTimes
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
 from kmq.in_flight import InFlightMessages
 from kmq.intake import Intake, Record
@@ -60,6 +61,8 @@ class Consumer:
         self._assigned: frozenset[int] = frozenset()
         self._last_client_warning = 0.0
         self._ready: deque[Message] = deque()
+        #: Messages read before their due time and held until it (loop thread).
+        self._due = DueTimes()
         self._ready_cond = threading.Condition()
         self._room_freed = threading.Event()
         self._waiting_for_room = False
@@ -210,7 +213,7 @@ class Consumer:
         self._closed = True
         with self._ready_cond:
             # Popped one by one (atomic): a message a racing receive got is not counted as never received.
-            never_received = {m.message_id for m in take_all(self._ready)}
+            never_received = {m.message_id for m in [*take_all(self._ready), *self._due.take_all()]}
             self._ready_cond.notify_all()
         unsettled = self._in_flight.close()
         for message_id in unsettled:
@@ -272,10 +275,15 @@ class Consumer:
                 self._ready_cond.notify_all()
 
     def _poll_once(self) -> None:
+        if self._due:
+            self._hand_out(self._due.take_due())
         room = self._usable_room()
         self._intake.update_pause()
         busy = len(self._intake) or len(self._pipeline)
         wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000
+        next_due_s = self._due.next_due_in_s()
+        if next_due_s is not None:
+            wait_s = min(wait_s, next_due_s)
         if room <= 0 and not self._pipeline:
             self._wait_for_room()
             wait_s = 0.0
@@ -314,9 +322,14 @@ class Consumer:
                                  time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:
-        with self._ready_cond:
-            self._ready.extend(messages)
-            self._ready_cond.notify_all()
+        ready, hops = self._due.sort(messages)
+        for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
+            self._in_flight.discard(message.message_id)
+            self._writer.delay(message.message_id, delay_ms)
+        if ready:
+            with self._ready_cond:
+                self._ready.extend(ready)
+                self._ready_cond.notify_all()
 
     def _commit(self, offsets: Mapping[TopicPartitionKey, int],
                 attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kmq.markers import EndReason, Marker, MarkerType
-from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 
 @dataclass(slots=True)
@@ -29,6 +29,8 @@ class QueueSummary:
     returned: int = 0
     #: Redeliveries of messages nobody released: their worker crashed or went silent past the deadline.
     recovered: int = 0
+    #: Read before their due time and waiting for it (``send(delay=…)``): neither in flight nor a delivery.
+    delayed: int = 0
     #: Of ``redelivered``: copies a kafka-mq-go tracker made (matched by queue and payload).
     go_redelivered: int = 0
     #: Bare Ends (kafka-mq-go) matched to no copy: a Go consumer's ack, or a Go redelivery not read yet.
@@ -44,7 +46,7 @@ class QueueSummary:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
                 "rejected": self.rejected, "dead_lettered": self.dead_lettered, "released": self.released,
                 "returned": self.returned, "recovered": self.recovered, "go_redelivered": self.go_redelivered,
-                "go_ends": self.go_ends, "in_flight": self.in_flight}
+                "go_ends": self.go_ends, "delayed": self.delayed, "in_flight": self.in_flight}
 
 
 @dataclass(slots=True)
@@ -56,6 +58,8 @@ class _Open:
     #: The payload: what links a kafka-mq-go tracker's copy (which has no first-id header) to this message.
     value: bytes
     released: bool = False
+    #: Waiting for its due time (a "delayed" KeepAlive): the tracker brings it back then.
+    delayed: bool = False
 
 
 Content = tuple[str, bytes]
@@ -92,6 +96,9 @@ class LifecycleFold:
             elif marker.reason == RETURN_REASON:
                 summary.returned += 1
                 known.released = True
+            elif marker.reason == DELAY_REASON and not known.delayed:
+                summary.deliveries -= 1  # a hop towards the due time, not a delivery
+                known.released = known.delayed = True
             return
         copy = self._copy_candidates.pop(known.message_id, None)
         self._close(known)
@@ -156,8 +163,13 @@ class LifecycleFold:
             summary.in_flight = 0
             summary.oldest_in_flight_ms = 0
             summary.in_flight_first_ids = set()
+        for summary in self._queues.values():
+            summary.delayed = 0
         for item in self._open.values():
             summary = self.queue(item.queue)
+            if item.delayed:
+                summary.delayed += 1
+                continue
             summary.in_flight += 1
             summary.in_flight_first_ids.add(item.first_id)
             if not summary.oldest_in_flight_ms or item.started_ms < summary.oldest_in_flight_ms:

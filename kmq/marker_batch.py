@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from kmq._proto import kmq_marker_pb2 as pb
 from kmq.errors import MarkerDecodeError
 from kmq.markers import EndReason, Headers, Marker, MarkerType, decode
-from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 BATCH_VERSION = 1
 BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
@@ -29,10 +29,12 @@ SETTLE_OVERHEAD_BYTES = 24
 _SETTLE_KINDS = {
     pb.Settle.RELEASE: (MarkerType.KEEPALIVE, EndReason.ACKED, RELEASE_REASON),
     pb.Settle.RETURNED: (MarkerType.KEEPALIVE, EndReason.ACKED, RETURN_REASON),
+    pb.Settle.DELAYED: (MarkerType.KEEPALIVE, EndReason.ACKED, DELAY_REASON),
     pb.Settle.REJECT: (MarkerType.END, EndReason.REJECTED, ""),
     pb.Settle.REDELIVERED: (MarkerType.END, EndReason.REDELIVERED, ""),
     pb.Settle.DEAD_LETTERED: (MarkerType.END, EndReason.DEAD_LETTERED, ""),
 }
+_KEEP_ALIVE_KINDS = {RETURN_REASON: pb.Settle.RETURNED, DELAY_REASON: pb.Settle.DELAYED}
 _END_KINDS = {EndReason.REJECTED: pb.Settle.REJECT, EndReason.REDELIVERED: pb.Settle.REDELIVERED,
               EndReason.DEAD_LETTERED: pb.Settle.DEAD_LETTERED}
 
@@ -89,7 +91,7 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
     batch.keep_alive_offsets.extend([m.offset for m in keep_alives])
     for marker in others:
         if marker.type is MarkerType.KEEPALIVE:
-            kind: Any = pb.Settle.RETURNED if marker.reason == RETURN_REASON else pb.Settle.RELEASE
+            kind: Any = _KEEP_ALIVE_KINDS.get(marker.reason, pb.Settle.RELEASE)
         elif marker.type is MarkerType.END and marker.end_reason in _END_KINDS:
             kind = _END_KINDS[marker.end_reason]
         else:

@@ -23,7 +23,7 @@ from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
 from kmq.marker_batch import Startable, encode_settles, encode_starts, start_size
 from kmq.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
-from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -139,6 +139,10 @@ class MarkerWriter:
     def give_back(self, message_id: MessageId) -> None:
         """Like ``release(0)``, for a message no handler saw: a kmq tracker's copy keeps its delivery count."""
         self._others.append(Marker(MarkerType.KEEPALIVE, message_id, 0, reason=RETURN_REASON))
+
+    def delay(self, message_id: MessageId, delay_ms: int) -> None:
+        """For a message read before its due time: the tracker redelivers it after ``delay_ms``, count unchanged."""
+        self._others.append(Marker(MarkerType.KEEPALIVE, message_id, delay_ms, reason=DELAY_REASON))
 
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self._others.append(Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from kmq.errors import MessageSettledError
-from kmq.wire import HEADER_TIME_LIMIT, MessageId
+from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId
 
 
 class Settler(Protocol):
@@ -52,6 +52,12 @@ class Message:
         """Seconds the sender allowed a handler for this message (``send(time_limit=…)``), or None."""
         raw = self.headers.get(HEADER_TIME_LIMIT)
         return int(raw) / 1000 if raw else None
+
+    @property
+    def deliver_at(self) -> datetime | None:
+        """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
+        raw = self.headers.get(HEADER_DELIVER_AT)
+        return datetime.fromtimestamp(int(raw) / 1000, UTC) if raw else None
 
     @property
     def redelivered(self) -> bool:

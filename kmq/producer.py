@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from types import TracebackType
 
 import structlog
@@ -29,12 +31,34 @@ def check_payload(payload: object, limit: int) -> bytes:
     return data
 
 
-def check_headers(headers: HeadersIn, time_limit: float | None = None) -> list[tuple[str, bytes]]:
+def _seconds(name: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (positive and value == 0):
+        raise PayloadError(f"{name} must be a {'positive' if positive else 'non-negative'} number of seconds, "
+                           f"got {value!r}")
+    return float(value)
+
+
+def due_time_ms(delay: float | None, deliver_at: datetime | None, now_ms: int) -> int | None:
+    """The ``kmq-deliver-at-ms`` of a send with ``delay`` (seconds) or ``deliver_at`` (an aware datetime)."""
+    if delay is not None and deliver_at is not None:
+        raise PayloadError("give delay or deliver_at, not both")
+    if delay is not None:
+        return now_ms + round(_seconds("delay", delay, positive=False) * 1000)
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime) or deliver_at.tzinfo is None:
+            raise PayloadError(f"deliver_at must be a timezone-aware datetime, got {deliver_at!r}")
+        return round(deliver_at.timestamp() * 1000)
+    return None
+
+
+def check_headers(headers: HeadersIn, time_limit: float | None = None,
+                  deliver_at_ms: int | None = None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if time_limit is not None:
-        if isinstance(time_limit, bool) or not isinstance(time_limit, int | float) or not time_limit > 0:
-            raise PayloadError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-        out.append((wire.HEADER_TIME_LIMIT, str(round(time_limit * 1000)).encode()))
+        limit_s = _seconds("time_limit", time_limit, positive=True)
+        out.append((wire.HEADER_TIME_LIMIT, str(round(limit_s * 1000)).encode()))
+    if deliver_at_ms is not None:
+        out.append((wire.HEADER_DELIVER_AT, str(deliver_at_ms).encode()))
     for key, value in (headers or {}).items():
         if not isinstance(key, str) or not key:
             raise PayloadError(f"header names must be non-empty strings, got {key!r}")
@@ -68,14 +92,16 @@ class Producer:
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,
                    on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
-                   ) -> Delivery[MessageId]:
+                   delay: float | None = None, deliver_at: datetime | None = None) -> Delivery[MessageId]:
         """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
-        raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it."""
+        raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
+        (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
         future = self._client.produce_future(self._config.message_topic, data, self._key,
-                                           check_headers(headers, time_limit))
+                                           check_headers(headers, time_limit,
+                                                         due_time_ms(delay, deliver_at, int(time.time() * 1000))))
         if on_delivery is not None:
             callback = on_delivery
 
@@ -87,10 +113,12 @@ class Producer:
         return future
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
-             time_limit: float | None = None) -> MessageId:
-        """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout."""
+             time_limit: float | None = None, delay: float | None = None,
+             deliver_at: datetime | None = None) -> MessageId:
+        """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout. See
+        ``send_async`` for the keyword options."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
-        future = self.send_async(payload, headers, time_limit=time_limit)
+        future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at)
         try:
             return future.result(wait_s)
         except TimeoutError:

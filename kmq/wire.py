@@ -38,11 +38,13 @@ HEADER_FIRST_ID = "kmq-first-message-id"
 HEADER_ENQUEUED_AT = "kmq-enqueued-at-ms"
 #: Optional, set by the producer: the handler's time limit for this message (ms), overriding the worker's.
 HEADER_TIME_LIMIT = "kmq-time-limit-ms"
+#: Optional, set by the producer: no handler gets the message before this time (ms since the epoch).
+HEADER_DELIVER_AT = "kmq-deliver-at-ms"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
-#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit stays visible: it travels
-#: with the payload through Starts and redelivered copies).
+#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit and the due time stay
+#: visible: they travel with the payload through Starts and redelivered copies).
 INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
                               HEADER_DLQ_QUEUE})
 
@@ -79,6 +81,11 @@ RELEASE_REASON = "released"
 #: ``reason`` of the KeepAlive that gives back a message no handler saw (a consumer's close or a worker's
 #: shutdown returns its prefetched messages): the copy keeps the delivery count.
 RETURN_REASON = "returned"
+#: ``reason`` of the KeepAlive a consumer writes for a message it read before its due time (``deliver_at``): the
+#: tracker redelivers it then, with its delivery count unchanged (a hop of a delayed message, not a delivery).
+DELAY_REASON = "delayed"
+#: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
+UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 
 # --- consumer groups -----------------------------------------------------------------------------------------
 

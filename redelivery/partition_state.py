@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kmq.marker_batch import DecodedBatch
 from kmq.markers import Headers, Marker, MarkerType
-from kmq.wire import RETURN_REASON, MessageId
+from kmq.wire import UNCOUNTED_REASONS, MessageId
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
 COMPACT_FACTOR = 2
@@ -42,7 +42,7 @@ class InFlight:
     marker_offset: int
     start_timestamp_ms: int
     deadline_ms: int
-    #: Given back unprocessed (a RETURN_REASON KeepAlive): the copy keeps ``delivery_count``.
+    #: No handler had it (given back unprocessed, or read before its due time): the copy keeps ``delivery_count``.
     returned: bool = False
 
     @property
@@ -82,7 +82,7 @@ class PartitionState:
                          marker.first_message_id, marker.enqueued_at_ms)])
         elif marker.type is MarkerType.KEEPALIVE:
             self.keep_alive(timestamp_ms + marker.redeliver_after_ms, (marker.message_id,),
-                            returned=marker.reason == RETURN_REASON)
+                            returned=marker.reason in UNCOUNTED_REASONS)
         else:
             self.end((marker.message_id,))
 

@@ -104,11 +104,13 @@ class Settle(_message.Message):
         REDELIVERED: _ClassVar[Settle.Kind]
         DEAD_LETTERED: _ClassVar[Settle.Kind]
         RETURNED: _ClassVar[Settle.Kind]
+        DELAYED: _ClassVar[Settle.Kind]
     RELEASE: Settle.Kind
     REJECT: Settle.Kind
     REDELIVERED: Settle.Kind
     DEAD_LETTERED: Settle.Kind
     RETURNED: Settle.Kind
+    DELAYED: Settle.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,64 @@
+"""Queue operations on the real broker: delayed delivery (more in issue #14)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kmq import Service
+from kmq.stats import collect
+from tests.conftest import ConfigFactory
+from tests.helpers import receive_n, tracker_thread
+from tests.markers_io import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_delayed_messages_reach_no_handler_before_their_time_and_keep_their_delivery_count(
+    kmq_config: ConfigFactory, marker_format: str,
+) -> None:
+    config = kmq_config(marker_format=marker_format)
+    queue = Service(config).queue("later")
+    with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
+        sent: dict[bytes, float] = {}
+        for payload, delay in ((b"later", 3.0), (b"soon", 0.5), (b"now", None)):
+            # 3 s: past the local hold, a hop through the tracker; 0.5 s: held by the consumer
+            sent[payload] = time.time()
+            producer.send(payload, delay=delay)
+        arrived: dict[bytes, tuple[float, int]] = {}
+        deadline = time.monotonic() + 30
+        while len(arrived) < 3 and time.monotonic() < deadline:
+            msg = consumer.receive(0.1)
+            if msg is not None:
+                arrived[msg.payload] = (time.time() - sent[msg.payload], msg.delivery_count)
+                msg.ack()
+        assert consumer.flush(10) == 0
+    assert set(arrived) == {b"now", b"soon", b"later"}
+    assert arrived[b"now"][0] < 3.0
+    assert 0.5 <= arrived[b"soon"][0] < 1.5
+    assert 3.0 <= arrived[b"later"][0] < 6.0, arrived
+    assert {count for _, count in arrived.values()} == {1}
+
+
+def test_a_delayed_message_waits_through_a_tracker_restart_and_stats_show_it_as_delayed(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config()
+    queue = Service(config).queue("patient")
+    with queue.consumer() as consumer:
+        with queue.producer() as producer:
+            sent = time.time()
+            producer.send(b"job", delay=6)
+        with tracker_thread(config):
+            assert wait_for(lambda: collect(config, ["patient"])[0].delayed == 1, timeout_s=20)
+            [row] = collect(config, ["patient"])
+            assert (row.in_flight, row.deliveries, row.waiting) == (0, 0, 0)
+        with tracker_thread(config):  # a new tracker rebuilds the hop from the markers
+            [msg] = receive_n(consumer, 1, timeout_s=30)
+            assert time.time() - sent >= 6.0
+            assert (msg.payload, msg.delivery_count) == (b"job", 1)
+            msg.ack()
+            assert consumer.flush(10) == 0
+    [row] = collect(config, ["patient"])
+    assert (row.acked, row.delayed, row.in_flight, row.deliveries, row.redelivered) == (1, 0, 0, 1, 0)

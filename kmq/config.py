@@ -121,6 +121,9 @@ class Config:
     #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
     #: kafka-mq-go's trackers use the default.
     tracker_group: str = TRACKER_GROUP
+    #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
+    #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
+    at_most_once_queues: tuple[str, ...] = ()
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
@@ -156,6 +159,12 @@ class Config:
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
+        names = self.at_most_once_queues
+        if isinstance(names, str):
+            names = tuple(n.strip() for n in names.split(",") if n.strip())
+        if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
+        object.__setattr__(self, "at_most_once_queues", tuple(names))
         for name in ("metrics_host", "tracker_group"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():

@@ -28,10 +28,10 @@ from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
 from kmq.due_times import DueTimes
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
-from kmq.in_flight import InFlightMessages
+from kmq.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
-from kmq.message import Message
+from kmq.message import Message, Settler
 from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
 from kmq.start_pipeline import StartPipeline
 
@@ -74,6 +74,10 @@ class Consumer:
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
+        #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
+        self._at_most_once = queue in config.at_most_once_queues
+        self._settler: Settler = (AtMostOnceMessages(config, self._producer) if self._at_most_once
+                                  else self._in_flight)
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
                                                  config.connect_timeout_ms / 1000)
@@ -87,7 +91,8 @@ class Consumer:
         self._pipeline = StartPipeline(
             key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
             to_message=self._to_message, commit=self._commit, hand_out=self._hand_out,
-            start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop)
+            start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop,
+            write_starts=not self._at_most_once)
         try:
             self._check_topics()
             self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
@@ -229,6 +234,14 @@ class Consumer:
         undelivered = remaining + self._writer.undelivered
         if self._book and self._fatal is None and not remaining:
             self._commit(self._book.pending(), attempts=1)
+        if self._at_most_once and never_received and self._fatal is None:
+            # Committed but never received (no Start holds them): commit back to the first of each partition, so
+            # the next consumer reads them. Received ones are earlier in each partition, so none comes twice.
+            first: dict[TopicPartitionKey, int] = {}
+            for mid in never_received:
+                tp = (self._config.message_topic, mid.partition)
+                first[tp] = min(first.get(tp, mid.offset), mid.offset)
+            _kafka.commit(self._kafka, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
         _close_within(self._kafka, left() + 1.0, self._log)
         if undelivered:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
@@ -318,7 +331,7 @@ class Consumer:
         self._room_freed.clear()
 
     def _to_message(self, record: Record) -> Message:
-        return _kafka.to_message(record, self._queue, self._in_flight,  # type: ignore[arg-type]
+        return _kafka.to_message(record, self._queue, self._settler,  # type: ignore[arg-type]
                                  time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:

@@ -79,19 +79,13 @@ class InFlightMessages:
 
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
-        delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
-        headers = [*message.headers.items(), *delivery.encode(),
-                   (wire.HEADER_DLQ_REASON, (reason or "rejected").encode()),
-                   (wire.HEADER_DLQ_QUEUE, self._key)]
         try:
-            self._dlq_producer.produce_future(self._config.dlq_topic, message.payload, self._key, headers).result(
-                self._config.connect_timeout_ms / 1000 + 20)
-        except Exception as err:
+            dead_letter(self._dlq_producer, self._config, message, reason)
+        except DeliveryError:
             if not self.closed:  # unsettled again, so the caller may retry
                 message._settled_as = ""
                 self._table[message.message_id] = message
-            raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {self._queue!r} "
-                                f"to {self._config.dlq_topic!r}: {err}") from err
+            raise
         self._writer.end(message.message_id, EndReason.REJECTED, reason)
         self._on_settled()
 
@@ -128,3 +122,51 @@ class InFlightMessages:
                     msg._next_keep_alive = now + interval_s
                     self._writer.keep_alive(msg.message_id)
 
+
+
+def dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
+    """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
+    key = message.queue.encode()
+    delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
+    headers = [*message.headers.items(), *delivery.encode(), (wire.HEADER_DLQ_REASON, (reason or "rejected").encode()),
+               (wire.HEADER_DLQ_QUEUE, key)]
+    try:
+        producer.produce_future(config.dlq_topic, message.payload, key, headers).result(
+            config.connect_timeout_ms / 1000 + 20)
+    except Exception as err:
+        raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
+                            f"to {config.dlq_topic!r}: {err}") from err
+
+
+class AtMostOnceMessages:
+    """The Settler of an at-most-once queue's Messages: no Start was written, so there is nothing to end or keep
+    alive; an ack only marks the message, a reject dead-letters it, a release is refused (nothing would bring the
+    message back)."""
+
+    def __init__(self, config: Config, dlq_producer: MarkerProducer) -> None:
+        self._config = config
+        self._dlq_producer = dlq_producer
+        self._lock = threading.Lock()
+
+    def _settle(self, message: Message, how: str) -> None:
+        with self._lock:  # no in-flight table to pop from: the flag itself is the claim
+            if message.settled:
+                raise message._already_settled(how)
+            message._settled_as = how
+
+    def _ack(self, message: Message) -> None:
+        self._settle(message, "ack")
+
+    def _release(self, message: Message, delay_ms: int) -> None:
+        raise KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be released "
+                       "(nothing would deliver it again); ack or reject it")
+
+    def _give_back(self, message: Message) -> None:
+        self._release(message, 0)
+
+    def _reject(self, message: Message, reason: str) -> None:
+        self._settle(message, "reject")
+        dead_letter(self._dlq_producer, self._config, message, reason)
+
+    def _keep_alive(self, message: Message) -> None:
+        pass

@@ -58,7 +58,7 @@ class StartPipeline:
                  in_flight: InFlightTable, to_message: Callable[[Record], Message],
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
-                 stopping: threading.Event | None = None) -> None:
+                 stopping: threading.Event | None = None, write_starts: bool = True) -> None:
         self._key = key
         self._intake = intake
         self._writer = writer
@@ -68,6 +68,8 @@ class StartPipeline:
         self._commit = commit
         self._hand_out = hand_out
         self.start_timeout_s = start_timeout_s
+        #: False for an at-most-once queue: messages are committed and handed out with no Start and no keep-alives.
+        self._write_starts = write_starts
         self._stopping = stopping or threading.Event()
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
@@ -93,9 +95,11 @@ class StartPipeline:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
             return
         messages = [self._to_message(r) for r in own]
-        for message in messages:
-            self._in_flight.add(message)
-        deliveries = self._writer.start(messages) if messages else []
+        deliveries = []
+        if self._write_starts:
+            for message in messages:
+                self._in_flight.add(message)
+            deliveries = self._writer.start(messages) if messages else []
         self._batches.append(StartBatch(records, messages, offsets, deliveries))
         self.waiting += len(messages)
 

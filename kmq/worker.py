@@ -201,7 +201,8 @@ class Worker:
                 self._stop.set()
                 return
             for i, msg in enumerate(messages):
-                if self._stop.is_set():
+                # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
+                if self._stop.is_set() and consumer.queue not in self.config.at_most_once_queues:
                     self._give_back(messages[i:])
                     break
                 self._handle(msg, runner)
@@ -277,8 +278,10 @@ class Worker:
 
     def _failed(self, msg: Message, error: str, trace: str) -> None:
         limit = self.config.max_deliveries
+        if msg.queue in self.config.at_most_once_queues:
+            limit = 1  # no retry: nothing would deliver it again
         if limit and msg.delivery_count >= limit:
-            reason = f"failed {msg.delivery_count} times, last: {error}"
+            reason = f"failed {msg.delivery_count} time(s), last: {error}"
             log.error("message_dead_lettered", queue=msg.queue, message_id=str(msg.message_id),
                       first_message_id=str(msg.first_message_id), delivery_count=msg.delivery_count,
                       error=error, traceback=trace)

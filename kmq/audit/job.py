@@ -310,8 +310,9 @@ def _chart(out_dir: Path, queues: dict[str, dict[str, Any]], minutes: list[dict[
         right.plot([m["minute"] for m in points], [m["count"] for m in points], marker=".", label=name)
     left.set_title("processing time (ms)")
     right.set_title("acked per minute")
-    left.legend(fontsize=7)
-    right.legend(fontsize=7)
+    for axes in (left, right):
+        if axes.get_legend_handles_labels()[0]:  # nothing acked: no line to name
+            axes.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "audit.png")
     plt.close(fig)

@@ -104,7 +104,7 @@ def test_the_audit_reports_a_start_without_end_past_its_deadline_as_lost_and_cou
     for mid, payload in ((first, b"done"), (second, b"vanishes")):
         start = Marker(MarkerType.START, MessageId(mid.partition, mid.offset), 500, b"q", payload)
         raw.produce(config.marker_topic, encode(start), b"q")
-    raw.produce(config.marker_topic, encode(Marker(MarkerType.END, first)), b"q")
+    raw.produce(config.marker_topic, encode(Marker(MarkerType.END, first, instance_id="host:1")), b"q")
     raw.produce(config.marker_topic, b"garbage", b"q")
     assert raw.flush(10) == 0
     time.sleep(1.0)
@@ -132,8 +132,8 @@ def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_heade
                    Marker(MarkerType.END, original, end_reason=EndReason.REDELIVERED),
                    Marker(MarkerType.START, copy, 60_000, b"q", b"raced", delivery_count=2,
                           first_message_id=original),
-                   Marker(MarkerType.END, copy),
-                   Marker(MarkerType.END, original)):
+                   Marker(MarkerType.END, copy, instance_id="host:1"),
+                   Marker(MarkerType.END, original, instance_id="host:2")):
         raw.produce(config.marker_topic, encode(marker), b"q")
     assert raw.flush(10) == 0
     result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))

@@ -100,7 +100,7 @@ def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_b
         assert wait_for(lambda: stats(config, "doomed")["dead_lettered"] == 1, timeout_s=40)
         assert stop(worker) == {"released": 1, "dead_lettered": 1}
         listed = kmq(config, "dlq", "list", "doomed")
-        assert listed.returncode == 0 and "poison" in listed.stdout and "failed 2 times" in listed.stdout
+        assert listed.returncode == 0 and "poison" in listed.stdout and "failed 2 time(s)" in listed.stdout
         redriven = kmq(config, "dlq", "redrive", "doomed")
         assert redriven.returncode == 0 and "redrove 1 message(s)" in redriven.stdout
         worker = start_worker(config, "tests.handlers:record", "doomed")

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from kmq import Service
+from kmq import KmqError, Service
 from kmq.stats import collect
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n, tracker_thread
-from tests.markers_io import wait_for
+from tests.markers_io import read_markers, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,3 +62,27 @@ def test_a_delayed_message_waits_through_a_tracker_restart_and_stats_show_it_as_
             assert consumer.flush(10) == 0
     [row] = collect(config, ["patient"])
     assert (row.acked, row.delayed, row.in_flight, row.deliveries, row.redelivered) == (1, 0, 0, 1, 0)
+
+
+def test_an_at_most_once_queue_writes_no_markers_never_redelivers_and_hands_unreceived_messages_on(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=1000, at_most_once_queues=("amo",), receive_buffer_capacity=50)
+    queue = Service(config).queue("amo")
+    with queue.producer() as producer:
+        for i in range(6):
+            producer.send(b"%d" % i)
+    with tracker_thread(config):
+        with queue.consumer() as first:
+            # Given the consumer has read all six: one acked, one received and dropped (its worker "crashed")
+            assert wait_for(lambda: first.records_read >= 6, timeout_s=30)
+            acked, dropped = receive_n(first, 2)
+            acked.ack()
+            with pytest.raises(KmqError, match="at-most-once"):
+                dropped.release()
+        # Then the four never received go to the next consumer, and the dropped one never comes back
+        with queue.consumer() as second:
+            rest = receive_n(second, 5, timeout_s=8)  # a bounded wait for a sixth that must not come
+        assert sorted(m.payload for m in rest) == sorted({b"%d" % i for i in range(6)} - {acked.payload,
+                                                                                           dropped.payload})
+    assert read_markers(config.bootstrap_servers, config.marker_topic, timeout_s=2) == []

@@ -303,7 +303,8 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
-               "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "go_ends"]
+               "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "expired",
+               "go_ends"]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK

@@ -26,6 +26,8 @@ REBALANCE_PROTOCOLS = (REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER)
 #: The partition.assignment.strategy of each protocol; the eager one is kafka-mq-go's (librdkafka's default).
 ASSIGNMENT_STRATEGIES = {REBALANCE_COOPERATIVE: "cooperative-sticky", REBALANCE_EAGER: "range,roundrobin"}
 MAX_QUEUE_NAME_LENGTH = 200
+#: ``expired_messages`` values.
+EXPIRED_ACTIONS = ("dead-letter", "drop")
 ENV_PREFIX = "KMQ_"
 #: KMQ_* variables that other parts of kmq read (not configuration fields): anything else is a typo.
 OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROKER_VERSION", "KMQ_BENCH_QUICK",
@@ -121,6 +123,11 @@ class Config:
     #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
     #: kafka-mq-go's trackers use the default.
     tracker_group: str = TRACKER_GROUP
+    #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
+    #: never handed to a handler: see ``expired_messages``.
+    queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
+    #: What a consumer does with an expired message: "dead-letter" it (reason "expired") or "drop" it; both count.
+    expired_messages: str = "dead-letter"
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
     #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
     at_most_once_queues: tuple[str, ...] = ()
@@ -159,6 +166,14 @@ class Config:
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
+        if not isinstance(self.queue_ttl_ms, Mapping):
+            raise ConfigError("queue_ttl_ms", "must be a mapping of queue name to milliseconds")
+        for queue, ttl in self.queue_ttl_ms.items():
+            _positive(f"queue_ttl_ms.{queue}", ttl)
+        object.__setattr__(self, "queue_ttl_ms", MappingProxyType(dict(self.queue_ttl_ms)))
+        if self.expired_messages not in EXPIRED_ACTIONS:
+            raise ConfigError("expired_messages", f"must be one of {', '.join(EXPIRED_ACTIONS)}, "
+                                                  f"got {self.expired_messages!r}")
         names = self.at_most_once_queues
         if isinstance(names, str):
             names = tuple(n.strip() for n in names.split(",") if n.strip())
@@ -214,6 +229,7 @@ class Config:
         # Picklable (multiprocessing workers), although the passthrough mappings are read-only proxies.
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["kafka"], fields["consumer_kafka"] = dict(self.kafka), dict(self.consumer_kafka)
+        fields["queue_ttl_ms"] = dict(self.queue_ttl_ms)
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
@@ -284,7 +300,9 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     items: list[tuple[str, Any]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if name in ("kafka", "consumer_kafka"):
+        if name == "queue_ttl_ms":
+            items.append((name, value))
+        elif name in ("kafka", "consumer_kafka"):
             if value is not None and not isinstance(value, Mapping):
                 raise ConfigError(name, f"must be a mapping of librdkafka settings, got {type(value).__name__}")
             items.append((name, dict(value or {})))

@@ -31,7 +31,7 @@ from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, Undelive
 from kmq.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.intake import Intake, Record
 from kmq.marker_writer import MarkerWriter
-from kmq.message import Message, Settler
+from kmq.message import Message
 from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
 from kmq.start_pipeline import StartPipeline
 
@@ -76,8 +76,8 @@ class Consumer:
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
         self._at_most_once = queue in config.at_most_once_queues
-        self._settler: Settler = (AtMostOnceMessages(config, self._producer) if self._at_most_once
-                                  else self._in_flight)
+        self._settler: InFlightMessages | AtMostOnceMessages = (
+            AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
                                                  config.connect_timeout_ms / 1000)
@@ -335,10 +335,12 @@ class Consumer:
                                  time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:
-        ready, hops = self._due.sort(messages)
+        ready, hops, expired = self._due.sort(messages)
         for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
             self._in_flight.discard(message.message_id)
             self._writer.delay(message.message_id, delay_ms)
+        for message in expired:
+            self._settler.expire(message, dead_letter=self._config.expired_messages == "dead-letter")
         if ready:
             with self._ready_cond:
                 self._ready.extend(ready)

@@ -1,4 +1,5 @@
-"""DueTimes: what a consumer does with messages read before their due time (``send(deliver_at=…)``).
+"""DueTimes: what a consumer does with messages read before their due time (``send(deliver_at=…)``), or after their
+expiry time (``send(ttl=…)``: those are never handed out).
 
 A message due within LOCAL_HOLD_MS is held here (in flight, so kept alive) and handed out by the consumer's loop
 when due: short delays stay precise. One due later goes on a *hop*: its Start is already durable, so the consumer
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from kmq.config import MAX_REDELIVERY_TIMEOUT_MS
 from kmq.message import Message
-from kmq.wire import HEADER_DELIVER_AT
+from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT
 
 #: Due within this: held by the consumer instead of a hop through the tracker (whose timing is ~0.1-1 s coarse).
 LOCAL_HOLD_MS = 1_000
@@ -39,18 +40,28 @@ class DueTimes:
     def __len__(self) -> int:
         return len(self._held)
 
-    def sort(self, messages: Iterable[Message]) -> tuple[list[Message], list[tuple[Message, int]]]:
-        """(messages to hand out now, messages to send on a hop with their delay in ms); the rest are held."""
+    def sort(self, messages: Iterable[Message]) -> tuple[list[Message], list[tuple[Message, int]], list[Message]]:
+        """(messages to hand out now, messages to send on a hop with their delay in ms, expired messages); the rest
+        are held."""
         ready: list[Message] = []
         hops: list[tuple[Message, int]] = []
+        expired: list[Message] = []
         now_ms = -1
         for message in messages:
-            raw = message.headers.get(HEADER_DELIVER_AT) if message.headers else None
-            if raw is None:
-                ready.append(message)
+            headers = message.headers
+            if not headers or (HEADER_DELIVER_AT not in headers and HEADER_EXPIRES_AT not in headers):
+                ready.append(message)  # the common case, kept cheap
                 continue
             if now_ms < 0:
                 now_ms = self._clock_ms()
+            expires = headers.get(HEADER_EXPIRES_AT)
+            if expires is not None and int(expires) <= now_ms:
+                expired.append(message)
+                continue
+            raw = headers.get(HEADER_DELIVER_AT)
+            if raw is None:
+                ready.append(message)
+                continue
             due_ms = int(raw)
             left_ms = due_ms - now_ms
             if left_ms <= 0:
@@ -59,10 +70,10 @@ class DueTimes:
                 heapq.heappush(self._held, (due_ms, next(self._order), message))
             else:
                 hops.append((message, min(left_ms, MAX_HOP_MS)))
-        return ready, hops
+        return ready, hops, expired
 
     def take_due(self) -> list[Message]:
-        """Held messages whose time has come."""
+        """Held messages whose time has come (the caller sorts them again, for expiry)."""
         if not self._held:
             return []
         now_ms = self._clock_ms()

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import structlog
+
 from kmq import wire
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
@@ -19,6 +21,8 @@ from kmq.marker_writer import MarkerProducer, MarkerWriter
 from kmq.markers import EndReason
 from kmq.message import Message
 from kmq.wire import MessageId
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 
 class InFlightMessages:
@@ -80,13 +84,28 @@ class InFlightMessages:
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
         try:
-            dead_letter(self._dlq_producer, self._config, message, reason)
+            _dead_letter(self._dlq_producer, self._config, message, reason)
         except DeliveryError:
             if not self.closed:  # unsettled again, so the caller may retry
                 message._settled_as = ""
                 self._table[message.message_id] = message
             raise
         self._writer.end(message.message_id, EndReason.REJECTED, reason)
+        self._on_settled()
+
+    def expire(self, message: Message, dead_letter: bool) -> None:
+        """A message read after its expiry time: never handed out; dead-lettered or dropped, and Ended."""
+        self._claim(message, "expire")
+        if dead_letter:
+            try:
+                _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)
+            except DeliveryError as err:  # stays in flight: released at close, and read (and expired) again
+                message._settled_as = ""
+                self._table[message.message_id] = message
+                log.error("expired_message_not_dead_lettered", queue=self._queue, message_id=str(message.message_id),
+                          error=str(err))
+                return
+        self._writer.end(message.message_id, EndReason.REJECTED, wire.EXPIRED_REASON)
         self._on_settled()
 
     def _keep_alive(self, message: Message) -> None:
@@ -124,7 +143,7 @@ class InFlightMessages:
 
 
 
-def dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
+def _dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
     """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
     key = message.queue.encode()
     delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
@@ -166,7 +185,12 @@ class AtMostOnceMessages:
 
     def _reject(self, message: Message, reason: str) -> None:
         self._settle(message, "reject")
-        dead_letter(self._dlq_producer, self._config, message, reason)
+        _dead_letter(self._dlq_producer, self._config, message, reason)
 
     def _keep_alive(self, message: Message) -> None:
         pass
+
+    def expire(self, message: Message, dead_letter: bool) -> None:
+        self._settle(message, "expire")
+        if dead_letter:
+            _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)

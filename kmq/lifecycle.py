@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kmq.markers import EndReason, Marker, MarkerType
-from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, EXPIRED_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 
 @dataclass(slots=True)
@@ -29,6 +29,8 @@ class QueueSummary:
     returned: int = 0
     #: Redeliveries of messages nobody released: their worker crashed or went silent past the deadline.
     recovered: int = 0
+    #: Read after their expiry time: never handed out (dead-lettered or dropped, per ``expired_messages``).
+    expired: int = 0
     #: Read before their due time and waiting for it (``send(delay=…)``): neither in flight nor a delivery.
     delayed: int = 0
     #: Of ``redelivered``: copies a kafka-mq-go tracker made (matched by queue and payload).
@@ -46,7 +48,7 @@ class QueueSummary:
         return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
                 "rejected": self.rejected, "dead_lettered": self.dead_lettered, "released": self.released,
                 "returned": self.returned, "recovered": self.recovered, "go_redelivered": self.go_redelivered,
-                "go_ends": self.go_ends, "delayed": self.delayed, "in_flight": self.in_flight}
+                "go_ends": self.go_ends, "delayed": self.delayed, "expired": self.expired, "in_flight": self.in_flight}
 
 
 @dataclass(slots=True)
@@ -110,6 +112,9 @@ class LifecycleFold:
             if known.first_id not in summary.acked_first_ids:
                 summary.acked_first_ids.add(known.first_id)
                 summary.acked += 1
+        elif marker.end_reason is EndReason.REJECTED and marker.reason == EXPIRED_REASON:
+            summary.expired += 1
+            summary.deliveries -= 1  # read, never handed out
         elif marker.end_reason in (EndReason.REJECTED, EndReason.DEAD_LETTERED):
             summary.rejected += marker.end_reason is EndReason.REJECTED
             if known.first_id not in summary.dead_first_ids:

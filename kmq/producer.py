@@ -51,14 +51,22 @@ def due_time_ms(delay: float | None, deliver_at: datetime | None, now_ms: int) -
     return None
 
 
-def check_headers(headers: HeadersIn, time_limit: float | None = None,
-                  deliver_at_ms: int | None = None) -> list[tuple[str, bytes]]:
+def option_headers(*, time_limit: float | None, deliver_at_ms: int | None,
+                   expires_at_ms: int | None) -> list[tuple[str, bytes]]:
+    """The kmq headers of a send's options (they travel with the payload through Starts and copies)."""
     out: list[tuple[str, bytes]] = []
     if time_limit is not None:
         limit_s = _seconds("time_limit", time_limit, positive=True)
         out.append((wire.HEADER_TIME_LIMIT, str(round(limit_s * 1000)).encode()))
     if deliver_at_ms is not None:
         out.append((wire.HEADER_DELIVER_AT, str(deliver_at_ms).encode()))
+    if expires_at_ms is not None:
+        out.append((wire.HEADER_EXPIRES_AT, str(expires_at_ms).encode()))
+    return out
+
+
+def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
     for key, value in (headers or {}).items():
         if not isinstance(key, str) or not key:
             raise PayloadError(f"header names must be non-empty strings, got {key!r}")
@@ -85,6 +93,7 @@ class Producer:
         self._client = _kafka.PolledProducer(
             _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}")
         self._closed = False
+        self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
 
     @property
     def queue(self) -> str:
@@ -92,16 +101,23 @@ class Producer:
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,
                    on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
-                   delay: float | None = None, deliver_at: datetime | None = None) -> Delivery[MessageId]:
+                   delay: float | None = None, deliver_at: datetime | None = None,
+                   ttl: float | None = None) -> Delivery[MessageId]:
         """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
-        (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then."""
+        (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
+        seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
-        future = self._client.produce_future(self._config.message_topic, data, self._key,
-                                           check_headers(headers, time_limit,
-                                                         due_time_ms(delay, deliver_at, int(time.time() * 1000))))
+        out = check_headers(headers)
+        if time_limit is not None or delay is not None or deliver_at is not None or ttl is not None \
+                or self._default_ttl_ms:
+            now_ms = int(time.time() * 1000)
+            ttl_ms = round(_seconds("ttl", ttl, positive=True) * 1000) if ttl is not None else self._default_ttl_ms
+            out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at, now_ms),
+                                  expires_at_ms=now_ms + ttl_ms if ttl_ms else None)
+        future = self._client.produce_future(self._config.message_topic, data, self._key, out)
         if on_delivery is not None:
             callback = on_delivery
 
@@ -114,11 +130,12 @@ class Producer:
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
              time_limit: float | None = None, delay: float | None = None,
-             deliver_at: datetime | None = None) -> MessageId:
+             deliver_at: datetime | None = None, ttl: float | None = None) -> MessageId:
         """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout. See
         ``send_async`` for the keyword options."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
-        future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at)
+        future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
+                                 ttl=ttl)
         try:
             return future.result(wait_s)
         except TimeoutError:

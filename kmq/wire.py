@@ -40,6 +40,8 @@ HEADER_ENQUEUED_AT = "kmq-enqueued-at-ms"
 HEADER_TIME_LIMIT = "kmq-time-limit-ms"
 #: Optional, set by the producer: no handler gets the message before this time (ms since the epoch).
 HEADER_DELIVER_AT = "kmq-deliver-at-ms"
+#: Optional, set by the producer (``ttl``, or the queue's default): no handler gets the message after this time.
+HEADER_EXPIRES_AT = "kmq-expires-at-ms"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
@@ -84,6 +86,8 @@ RETURN_REASON = "returned"
 #: ``reason`` of the KeepAlive a consumer writes for a message it read before its due time (``deliver_at``): the
 #: tracker redelivers it then, with its delivery count unchanged (a hop of a delayed message, not a delivery).
 DELAY_REASON = "delayed"
+#: ``reason`` of the End (REJECTED) of a message read after its expiry time: never handed to a handler.
+EXPIRED_REASON = "expired"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 

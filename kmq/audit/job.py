@@ -28,7 +28,8 @@ from kmq.audit import SPARK_VERSION, connector_jars
 from kmq.config import Config
 from kmq.errors import KmqError
 
-STATUSES = ("acked", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue", "orphaned")
+STATUSES = ("acked", "expired", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue",
+            "orphaned")
 #: ``end_reason`` of a bare End (kafka-mq-go's: a Go consumer's ack or a Go tracker's redelivery; kmq.lifecycle).
 GO_END = "GO_END"
 
@@ -151,7 +152,8 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     ends = markers.filter("kind = 'END'").groupBy("mid").agg(
         F.sum(ended("ACKED").cast("int")).alias("delivery_acks"),
         F.min(F.when(ended("ACKED"), F.col("ts"))).alias("ack_ts"),
-        F.max(ended("REJECTED").cast("int")).alias("delivery_rejected"),
+        F.max((ended("REJECTED") & (F.col("reason") != wire.EXPIRED_REASON)).cast("int")).alias("delivery_rejected"),
+        F.max((ended("REJECTED") & (F.col("reason") == wire.EXPIRED_REASON)).cast("int")).alias("delivery_expired"),
         F.max(ended("DEAD_LETTERED").cast("int")).alias("delivery_dead"),
         F.sum(ended("REDELIVERED").cast("int")).alias("delivery_redelivered"),
         F.sum(ended(GO_END).cast("int")).alias("delivery_go_ends"),
@@ -181,6 +183,7 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.max(F.col("ack_ts") - F.col("start_ts")).alias("processing_ms"),
         F.max("ack_ts").alias("acked_ts"),
         F.max("delivery_rejected").alias("rejected"),
+        F.max("delivery_expired").alias("expired_end"),
         F.max("delivery_dead").alias("dead_by_tracker"),
         F.sum(F.coalesce("delivery_redelivered", F.lit(0)) + F.col("go_redelivered")).alias("redelivered"),
         F.sum("go_redelivered").alias("go_redelivered"),
@@ -193,10 +196,11 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     )
     life = (copies.join(per_message, ["queue", "first_id"], "full_outer").join(dead, ["queue", "first_id"], "left")
             .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
-                     "open_alive": 0, "go_redelivered": 0, "go_ends": 0,
+                     "open_alive": 0, "go_redelivered": 0, "go_ends": 0, "expired_end": 0,
                      "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
     started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
     life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
+                           .when(F.col("expired_end") > 0, "expired")
                            .when(F.col("rejected") > 0, "rejected")
                            .when((F.col("dead_by_tracker") > 0) | F.col("in_dlq"), "dead_lettered")
                            .when(F.col("go_ends") > 0, "ended_by_go")

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from kmq import KmqError, Service
+from kmq.dlq import list_dead_letters
 from kmq.stats import collect
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n, tracker_thread
@@ -86,3 +87,23 @@ def test_an_at_most_once_queue_writes_no_markers_never_redelivers_and_hands_unre
         assert sorted(m.payload for m in rest) == sorted({b"%d" % i for i in range(6)} - {acked.payload,
                                                                                            dropped.payload})
     assert read_markers(config.bootstrap_servers, config.marker_topic, timeout_s=2) == []
+
+
+@pytest.mark.parametrize("action", ["dead-letter", "drop"])
+def test_expired_messages_reach_no_handler_and_are_dead_lettered_or_dropped_and_counted(
+    kmq_config: ConfigFactory, action: str,
+) -> None:
+    config = kmq_config(queue_ttl_ms={"short": 1}, expired_messages=action)
+    queue = Service(config).queue("short")
+    with queue.producer() as producer:
+        producer.send(b"stale")           # the queue's default time to live: 1 ms
+        producer.send(b"fresh", ttl=600)  # its own
+    with queue.consumer() as consumer:
+        got = receive_n(consumer, 2, timeout_s=5)  # a bounded wait for a second that must not come
+        assert [m.payload for m in got] == [b"fresh"]
+        got[0].ack()
+        assert consumer.flush(10) == 0
+    [row] = collect(config, ["short"])
+    assert (row.expired, row.acked, row.deliveries, row.dead_lettered, row.in_flight) == (1, 1, 1, 0, 0)
+    letters = list_dead_letters(config, "short", idle_s=1)
+    assert [(d.payload, d.reason) for d in letters] == ([(b"stale", "expired")] if action == "dead-letter" else [])

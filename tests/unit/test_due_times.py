@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kmq.due_times import LOCAL_HOLD_MS, MAX_HOP_MS, DueTimes
 from kmq.message import Message
-from kmq.wire import HEADER_DELIVER_AT, MessageId
+from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT, MessageId
 
 
 def _message(offset: int, due_ms: int | None) -> Message:
@@ -22,7 +22,8 @@ def test_every_message_is_handed_out_at_or_after_its_due_time_or_hopped_or_held(
     now = [start_ms]
     due_times = DueTimes(lambda: now[0])
     messages = [_message(i, d) for i, d in enumerate(dues)]
-    ready, hops = due_times.sort(messages)
+    ready, hops, expired = due_times.sort(messages)
+    assert expired == []
     assert len(ready) + len(hops) + len(due_times) == len(messages)
     for m in ready:
         assert m.deliver_at is None or m.deliver_at.timestamp() * 1000 <= start_ms
@@ -46,3 +47,12 @@ def test_the_next_due_time_bounds_the_loops_wait_and_close_takes_what_is_held() 
     now[0] = 1_250
     assert [m.message_id.offset for m in due_times.take_due()] == [2]
     assert [m.message_id.offset for m in due_times.take_all()] == [1] and due_times.next_due_in_s() is None
+
+
+def test_an_expired_message_is_sorted_out_whatever_its_due_time() -> None:
+    due_times = DueTimes(lambda: 5_000)
+    fresh = _message(1, None)
+    fresh.headers[HEADER_EXPIRES_AT] = b"6000"
+    stale = _message(2, 9_000)
+    stale.headers[HEADER_EXPIRES_AT] = b"5000"
+    assert due_times.sort([fresh, stale]) == ([fresh], [], [stale])

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, KafkaException
 from kmq import _kafka, logs
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError
+from kmq.wire import MessageId
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -33,6 +34,7 @@ EXAMPLES = {
     "tracker": "kmq tracker --metrics-port 9464",
     "stats": "kmq stats\n  kmq stats --json --queue emails",
     "dlq": "kmq dlq list emails --limit 20\n  kmq dlq redrive emails",
+    "inspect": "kmq inspect emails 3:1042\n  kmq inspect emails 3:1042 --json",
     "audit": "kmq audit --queue emails --from 2026-11-21T00:00 --out audit-out\n"
              "  kmq audit --master spark://spark-master:7077",
 }
@@ -65,6 +67,16 @@ def _number(kind: type[int] | type[float], low: float, *, above: bool = False,
 COUNT = _number(int, 1)
 SECONDS = _number(float, 0)
 PORT = _number(int, 0, high=65535)
+
+
+def _message_id(text: str) -> MessageId:
+    try:
+        mid = MessageId.parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be PARTITION:OFFSET, got {text!r}") from None
+    if mid.partition < 0 or mid.offset < 0:
+        raise argparse.ArgumentTypeError(f"must be PARTITION:OFFSET, got {text!r}")
+    return mid
 
 
 def _iso_time(text: str) -> datetime:
@@ -153,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "redrive"])
     dlq.add_argument("queue")
     dlq.add_argument("--limit", type=COUNT, default=None)
+
+    inspect = _sub(subs, "inspect", "One message's life: enqueued, each delivery (who, when, delivery count), "
+                                    "keep-alives, releases, copies, rejects, dead letter, and its state now.")
+    inspect.add_argument("queue")
+    inspect.add_argument("message_id", type=_message_id, metavar="PARTITION:OFFSET")
+    inspect.add_argument("--json", action="store_true")
 
     audit = _sub(subs, "audit", "Spark job: every message's lifecycle per queue; lost, processed twice, slow, "
                                 "dead-lettered (needs kmq[spark]).")
@@ -335,6 +353,23 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
+    from kmq.inspect import inspect_message
+    from kmq.service import validate_queue_name
+
+    life = inspect_message(config, validate_queue_name(args.queue), args.message_id)
+    if args.json:
+        print(json.dumps(life.as_dict(), indent=2))
+        return EXIT_OK
+    for event in life.events:
+        when = datetime.fromtimestamp(event.at_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        detail = " ".join(f"{k}={v}" for k, v in event.detail.items())
+        print(f"{when}  {event.what:<14} {event.message_id:<12} {detail}".rstrip())
+    print(f"state: {life.state}{f' (held by {life.holder})' if life.holder else ''}; "
+          f"first message id {life.first_message_id}")
+    return EXIT_OK
+
+
 def _time_ms(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
 
@@ -371,7 +406,7 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 COMMANDS = {"topics": cmd_topics, "send": cmd_send, "worker": cmd_worker, "tracker": cmd_tracker,
-            "stats": cmd_stats, "dlq": cmd_dlq, "audit": cmd_audit}
+            "stats": cmd_stats, "dlq": cmd_dlq, "inspect": cmd_inspect, "audit": cmd_audit}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 
 import pytest
 
@@ -107,3 +109,35 @@ def test_expired_messages_reach_no_handler_and_are_dead_lettered_or_dropped_and_
     assert (row.expired, row.acked, row.deliveries, row.dead_lettered, row.in_flight) == (1, 1, 1, 0, 0)
     letters = list_dead_letters(config, "short", idle_s=1)
     assert [(d.payload, d.reason) for d in letters] == ([(b"stale", "expired")] if action == "dead-letter" else [])
+
+
+def test_inspect_tells_a_messages_life_across_copies_and_who_holds_it(kmq_config: ConfigFactory) -> None:
+    from tests.functional.test_cli import kmq
+
+    config = kmq_config(redelivery_timeout_ms=5000, client_id="worker-a")
+    name = f"life-{uuid.uuid4().hex[:8]}"  # a static member's group outlives the test: never reuse it
+    queue = Service(config).queue(name)
+    with queue.producer() as producer:
+        first = producer.send(b"job-1")
+        second = producer.send(b"job-2")
+    with tracker_thread(config), queue.consumer() as consumer:
+        got = {m.payload: m for m in receive_n(consumer, 2)}
+        got[b"job-1"].release()
+        [again] = receive_n(consumer, 1, timeout_s=20)
+        again.reject("bad input")
+        assert consumer.flush(10) == 0
+        # job-2 stays with this consumer while we look
+        held = kmq(config, "inspect", name, str(second), "--json")
+        assert held.returncode == 0, held.stderr
+        life = json.loads(held.stdout)
+        assert life["state"] == "in_flight" and life["holder"].startswith("worker-a ")
+    done = kmq(config, "inspect", name, str(again.message_id))
+    assert done.returncode == 0, done.stderr
+    whats = [line.split()[1] for line in done.stdout.splitlines()[:-1]]
+    # The tracker's End for the original and the copy's reject race: only the set and the start are fixed.
+    assert whats[:2] == ["enqueued", "delivered"]
+    assert {"released", "redelivered", "copy_produced", "rejected", "dead_letter_written"} <= set(whats)
+    assert "reason=bad input" in done.stdout and "delivery_count=2" in done.stdout
+    assert done.stdout.splitlines()[-1] == f"state: rejected; first message id {first}"
+    missing = kmq(config, "inspect", name, "0:999999")
+    assert missing.returncode == 1 and f"no record of queue '{name}'" in missing.stderr

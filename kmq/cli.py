@@ -35,6 +35,9 @@ EXAMPLES = {
     "stats": "kmq stats\n  kmq stats --json --queue emails",
     "dlq": "kmq dlq list emails --limit 20\n  kmq dlq redrive emails",
     "inspect": "kmq inspect emails 3:1042\n  kmq inspect emails 3:1042 --json",
+    "pause": "kmq pause emails\n  kmq pause emails --until 2026-11-24T06:00",
+    "resume": "kmq resume emails",
+    "purge": "kmq purge emails\n  kmq purge emails --before 2026-11-23T12:00",
     "audit": "kmq audit --queue emails --from 2026-11-21T00:00 --out audit-out\n"
              "  kmq audit --master spark://spark-master:7077",
 }
@@ -165,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "redrive"])
     dlq.add_argument("queue")
     dlq.add_argument("--limit", type=COUNT, default=None)
+
+    pause = _sub(subs, "pause", "Stop a queue's consumers taking new messages (in-flight ones finish), until "
+                                "`kmq resume` or --until; held in Kafka, so it survives restarts.")
+    pause.add_argument("queue")
+    pause.add_argument("--until", type=_iso_time, metavar="TIME", help="resume by itself then (ISO 8601)")
+    resume = _sub(subs, "resume", "Let a paused queue's consumers take messages again.")
+    resume.add_argument("queue")
+    purge = _sub(subs, "purge", "Settle, without a handler, every message of a queue enqueued before a time "
+                                "(default now), in flight ones included; later messages are untouched.")
+    purge.add_argument("queue")
+    purge.add_argument("--before", type=_iso_time, metavar="TIME", help="default: now (ISO 8601)")
 
     inspect = _sub(subs, "inspect", "One message's life: enqueued, each delivery (who, when, delivery count), "
                                     "keep-alives, releases, copies, rejects, dead letter, and its state now.")
@@ -322,7 +336,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
         return EXIT_OK
     columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
                "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "expired",
-               "go_ends"]
+               "purged", "go_ends"]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
@@ -350,6 +364,35 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
     rows = [[str(d.dlq_id), d.first_message_id, str(d.delivery_count), d.reason[:60],
              d.payload[:40].decode("utf-8", "replace")] for d in letters]
     print(format_table(["dlq_id", "first_id", "deliveries", "reason", "payload"], rows))
+    return EXIT_OK
+
+
+def cmd_pause(config: Config, args: argparse.Namespace) -> int:
+    from kmq import control
+    from kmq.service import validate_queue_name
+
+    control.pause(config, validate_queue_name(args.queue), _time_ms(args.until))
+    print(f"paused {args.queue!r}" + (f" until {args.until.isoformat()}" if args.until else " until resumed"))
+    return EXIT_OK
+
+
+def cmd_resume(config: Config, args: argparse.Namespace) -> int:
+    from kmq import control
+    from kmq.service import validate_queue_name
+
+    control.resume(config, validate_queue_name(args.queue))
+    print(f"resumed {args.queue!r}")
+    return EXIT_OK
+
+
+def cmd_purge(config: Config, args: argparse.Namespace) -> int:
+    from kmq import control
+    from kmq.service import validate_queue_name
+
+    before = control.purge(config, validate_queue_name(args.queue), _time_ms(args.before))
+    when = datetime.fromtimestamp(before / 1000, UTC).isoformat(timespec="milliseconds")
+    print(f"purging {args.queue!r}: messages enqueued before {when} are settled without a handler as consumers "
+          "and trackers reach them (`kmq stats` counts them as purged)")
     return EXIT_OK
 
 
@@ -406,7 +449,8 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 COMMANDS = {"topics": cmd_topics, "send": cmd_send, "worker": cmd_worker, "tracker": cmd_tracker,
-            "stats": cmd_stats, "dlq": cmd_dlq, "inspect": cmd_inspect, "audit": cmd_audit}
+            "stats": cmd_stats, "dlq": cmd_dlq, "inspect": cmd_inspect, "pause": cmd_pause,
+            "resume": cmd_resume, "purge": cmd_purge, "audit": cmd_audit}
 
 if __name__ == "__main__":
     sys.exit(main())

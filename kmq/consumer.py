@@ -26,6 +26,7 @@ from kmq._kafka import PolledProducer
 from kmq._util import take_all
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
+from kmq.control import ControlFollower, ControlState
 from kmq.due_times import DueTimes
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
 from kmq.in_flight import AtMostOnceMessages, InFlightMessages
@@ -60,6 +61,7 @@ class Consumer:
         self.rebalances = 0
         self._assigned: frozenset[int] = frozenset()
         self._last_client_warning = 0.0
+        self._purged_up_to = 0
         self._ready: deque[Message] = deque()
         #: Messages read before their due time and held until it (loop thread).
         self._due = DueTimes()
@@ -81,6 +83,7 @@ class Consumer:
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
                                                  config.connect_timeout_ms / 1000)
+        self._control = ControlFollower(config, on_change=self._on_control)
         self._kafka = KafkaConsumer({
             **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
@@ -95,10 +98,12 @@ class Consumer:
             write_starts=not self._at_most_once)
         try:
             self._check_topics()
+            self._control.start()
             self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
                                   on_revoke=self._on_revoke, on_lost=self._on_lost)
         except BaseException:
             self._kafka.close()
+            self._control.close()
             self._in_flight.close()
             self._writer.close(0)
             self._producer.close(0)
@@ -141,7 +146,8 @@ class Consumer:
                 pass
             else:
                 self._wake_loop()
-                return message
+                if not message._settled_as:  # else purged while buffered
+                    return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
 
@@ -164,7 +170,10 @@ class Consumer:
                 pass
             if got:
                 self._wake_loop()
-                return got
+                if any(m._settled_as for m in got):  # purged while buffered
+                    got = [m for m in got if not m._settled_as]
+                if got:
+                    return got
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return []
@@ -242,6 +251,7 @@ class Consumer:
                 tp = (self._config.message_topic, mid.partition)
                 first[tp] = min(first.get(tp, mid.offset), mid.offset)
             _kafka.commit(self._kafka, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
+        self._control.close()
         _close_within(self._kafka, left() + 1.0, self._log)
         if undelivered:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
@@ -258,6 +268,15 @@ class Consumer:
         self.close()
 
     # --- the settle side wakes the loop ------------------------------------------------------------------
+
+    def _on_control(self, state: ControlState) -> None:
+        """On the control follower's thread: a purge reaches the messages already in flight here."""
+        before = state.purged_before.get(self._queue)
+        if before is not None and before > self._purged_up_to:
+            self._purged_up_to = before
+            purged = self._in_flight.purge_before(before)
+            if purged:
+                self._log.info("purged_in_flight", purged=purged, before_ms=before)
 
     def _wake_loop(self) -> None:
         """After a receive or a settle: wakes the loop once enough room is free (a quarter of the buffer), not
@@ -291,6 +310,8 @@ class Consumer:
         if self._due:
             self._hand_out(self._due.take_due())
         room = self._usable_room()
+        if self._control.state.paused_until and self._control.state.paused(self._queue, int(time.time() * 1000)):
+            room = 0  # paused (kmq pause): take no new messages; those in flight finish
         self._intake.update_pause()
         busy = len(self._intake) or len(self._pipeline)
         wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000
@@ -335,6 +356,13 @@ class Consumer:
                                  time.monotonic() + self._keep_alive_s)
 
     def _hand_out(self, messages: list[Message]) -> None:
+        purged_before = self._control.state.purged_before.get(self._queue)
+        if purged_before is not None:
+            purged = [m for m in messages if m.enqueued_at_ms < purged_before]
+            if purged:
+                for message in purged:
+                    self._settler.purge(message)
+                messages = [m for m in messages if not m.settled]
         ready, hops, expired = self._due.sort(messages)
         for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
             self._in_flight.discard(message.message_id)

@@ -108,6 +108,21 @@ class InFlightMessages:
         self._writer.end(message.message_id, EndReason.REJECTED, wire.EXPIRED_REASON)
         self._on_settled()
 
+    def purge(self, message: Message) -> bool:
+        """Settles ``message`` without a handler (``kmq purge``); False if it was settled already."""
+        try:
+            self._claim(message, "purge")
+        except KmqError:
+            return False
+        self._writer.end(message.message_id, EndReason.REJECTED, wire.PURGED_REASON)
+        self._on_settled()
+        return True
+
+    def purge_before(self, before_ms: int) -> int:
+        """Purges every message in flight enqueued before ``before_ms`` (handed out ones too: their handler's
+        settle then fails); returns how many."""
+        return sum(self.purge(m) for m in list(self._table.values()) if m.enqueued_at_ms < before_ms)
+
     def _keep_alive(self, message: Message) -> None:
         if self._table.get(message.message_id) is not message:
             raise self._unsettleable(message, "keep alive")
@@ -189,6 +204,13 @@ class AtMostOnceMessages:
 
     def _keep_alive(self, message: Message) -> None:
         pass
+
+    def purge(self, message: Message) -> bool:
+        try:
+            self._settle(message, "purge")
+        except KmqError:
+            return False
+        return True
 
     def expire(self, message: Message, dead_letter: bool) -> None:
         self._settle(message, "expire")

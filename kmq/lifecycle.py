@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kmq.markers import EndReason, Marker, MarkerType
-from kmq.wire import DELAY_REASON, EXPIRED_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, EXPIRED_REASON, PURGED_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 
 @dataclass(slots=True)
@@ -31,6 +31,8 @@ class QueueSummary:
     recovered: int = 0
     #: Read after their expiry time: never handed out (dead-lettered or dropped, per ``expired_messages``).
     expired: int = 0
+    #: Settled by ``kmq purge`` without a handler.
+    purged: int = 0
     #: Read before their due time and waiting for it (``send(delay=…)``): neither in flight nor a delivery.
     delayed: int = 0
     #: Of ``redelivered``: copies a kafka-mq-go tracker made (matched by queue and payload).
@@ -45,10 +47,9 @@ class QueueSummary:
     in_flight_first_ids: set[MessageId] = field(default_factory=set, repr=False)
 
     def as_dict(self) -> dict[str, int]:
-        return {"deliveries": self.deliveries, "redelivered": self.redelivered, "acked": self.acked,
-                "rejected": self.rejected, "dead_lettered": self.dead_lettered, "released": self.released,
-                "returned": self.returned, "recovered": self.recovered, "go_redelivered": self.go_redelivered,
-                "go_ends": self.go_ends, "delayed": self.delayed, "expired": self.expired, "in_flight": self.in_flight}
+        return {name: getattr(self, name) for name in (
+            "deliveries", "redelivered", "acked", "rejected", "dead_lettered", "released", "returned", "recovered",
+            "go_redelivered", "go_ends", "delayed", "expired", "purged", "in_flight")}
 
 
 @dataclass(slots=True)
@@ -112,6 +113,8 @@ class LifecycleFold:
             if known.first_id not in summary.acked_first_ids:
                 summary.acked_first_ids.add(known.first_id)
                 summary.acked += 1
+        elif marker.end_reason is EndReason.REJECTED and marker.reason == PURGED_REASON:
+            summary.purged += 1
         elif marker.end_reason is EndReason.REJECTED and marker.reason == EXPIRED_REASON:
             summary.expired += 1
             summary.deliveries -= 1  # read, never handed out

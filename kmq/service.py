@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kmq.config import MAX_QUEUE_NAME_LENGTH, Config
@@ -45,6 +46,25 @@ class Queue:
         def wrap(handler: Handler) -> Worker:
             return Worker(self.config, [self.name], handler, concurrency, **options)
         return wrap
+
+    def pause(self, until: datetime | None = None) -> None:
+        """Its consumers take no new messages until ``resume()`` (or ``until``); kept in the control topic."""
+        from kmq import control
+
+        control.pause(self.config, self.name, None if until is None else int(until.timestamp() * 1000))
+
+    def resume(self) -> None:
+        from kmq import control
+
+        control.resume(self.config, self.name)
+
+    def purge(self, before: datetime | None = None) -> datetime:
+        """Settles, without a handler, every message enqueued before ``before`` (default now), in flight ones
+        included, as consumers and trackers reach them; returns the time used. Idempotent."""
+        from kmq import control
+
+        before_ms = control.purge(self.config, self.name, None if before is None else int(before.timestamp() * 1000))
+        return datetime.fromtimestamp(before_ms / 1000, UTC)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"

@@ -210,6 +210,8 @@ class QueueStats:
     delayed: int
     #: Read after their expiry time (``ttl``): never handed out.
     expired: int
+    #: Settled by ``kmq purge`` without a handler.
+    purged: int
     #: Bare Ends a kafka-mq-go component wrote that match no copy: a Go consumer's ack or an unread Go redelivery.
     go_ends: int
 
@@ -232,10 +234,10 @@ def collect(config: Config, queues: list[str] | None = None, progress: Progress 
         s = summaries.get(name)
         w = waiting.get(name, Waiting())
         if s is None:
-            out.append(QueueStats(name, w.count, age(w.oldest_ms), 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+            out.append(QueueStats(name, w.count, age(w.oldest_ms), 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             continue
         out.append(QueueStats(name, w.count, age(w.oldest_ms), s.in_flight,
                               age(s.oldest_in_flight_ms) if s.in_flight else 0.0, s.deliveries, s.acked,
                               s.redelivered, s.released, s.returned, s.dead_lettered, s.delayed, s.expired,
-                              s.go_ends))
+                              s.purged, s.go_ends))
     return out

@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type:
 
 from kmq import _kafka
 from kmq.config import Config
+from kmq.control import control_topic
 from kmq.errors import KafkaClientError, TopicError
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -33,7 +34,7 @@ def _admin(config: Config) -> AdminClient:
 
 def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int = 3,
                   replication_factor: int = 1, timeout_s: float = 30.0) -> list[TopicStatus]:
-    """Creates the messages, markers (LogAppendTime) and dead-letter topics; existing ones are checked."""
+    """Creates the messages, markers (LogAppendTime), dead-letter and control topics; existing ones are checked."""
     for name, value in (("partitions", partitions), ("marker_partitions", marker_partitions),
                         ("replication_factor", replication_factor)):
         if value < 1:
@@ -43,6 +44,8 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         NewTopic(config.message_topic, partitions, replication_factor),
         NewTopic(config.marker_topic, marker_partitions, replication_factor, config=dict(MARKER_TOPIC_CONFIG)),
         NewTopic(config.dlq_topic, marker_partitions, replication_factor),
+        # Pause and purge records: one partition, compacted (the latest per queue is what counts).
+        NewTopic(control_topic(config), 1, replication_factor, config={"cleanup.policy": "compact"}),
     ]
     created_now: dict[str, bool] = {}
     for topic, future in admin.create_topics(wanted, operation_timeout=timeout_s,
@@ -60,7 +63,8 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         log.info("topic_ready", topic=topic, created=created)
         created_now[topic] = created
     actual = check_topics(config, timeout_s=timeout_s, admin=admin)
-    return [TopicStatus(t.topic, actual[t.topic], created_now[t.topic], t.num_partitions) for t in wanted]
+    return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions)
+            for t in wanted]
 
 
 def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None) -> dict[str, int]:

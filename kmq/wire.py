@@ -88,6 +88,8 @@ RETURN_REASON = "returned"
 DELAY_REASON = "delayed"
 #: ``reason`` of the End (REJECTED) of a message read after its expiry time: never handed to a handler.
 EXPIRED_REASON = "expired"
+#: ``reason`` of the End (REJECTED) of a message settled by ``kmq purge``: never (again) handed to a handler.
+PURGED_REASON = "purged"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 

@@ -44,6 +44,8 @@ class Attempt:
     partition: int
     item: InFlight
     dead_letter: bool
+    #: Purged (``kmq purge``): no copy, just an End.
+    purged: bool = False
     step: Step = Step.COPY
     failures: int = 0
     due: float = 0.0
@@ -81,6 +83,10 @@ class Redeliverer:
         return bool(self._ends) or any(a.step is Step.END for a in self._retries)
 
     def submit(self, attempt: Attempt) -> None:
+        if attempt.purged:
+            attempt.step = Step.END
+            self._ends.append(attempt)
+            return
         self._copy(attempt)
 
     def poll(self, owned: Callable[[int], bool]) -> None:
@@ -110,6 +116,9 @@ class Redeliverer:
     # END
 
     def _end_marker(self, attempt: Attempt) -> Marker:
+        if attempt.purged:
+            return Marker(MarkerType.END, attempt.item.message_id, end_reason=EndReason.REJECTED,
+                          reason=wire.PURGED_REASON, client_id=TRACKER_CLIENT_ID)
         reason = EndReason.DEAD_LETTERED if attempt.dead_letter else EndReason.REDELIVERED
         return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=TRACKER_CLIENT_ID)
 

@@ -23,6 +23,7 @@ from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.commit_policy import CommitPolicy
 from kmq.config import Config
+from kmq.control import ControlFollower
 from kmq.errors import KmqError, MarkerDecodeError
 from kmq.marker_batch import decode_batch, is_batch
 from kmq.markers import decode
@@ -76,6 +77,8 @@ class RedeliveryTracker:
         self._markers = PolledProducer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
                                        "tracker-markers")
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
+        #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
+        self._control = ControlFollower(config).start()
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(config.tracker_group, config.assignment_strategy,
@@ -179,7 +182,11 @@ class RedeliveryTracker:
             now_ms = part.clock.now_ms()
             if now_ms is None:
                 continue
+            purges = self._control.state.purged_before
             for item in part.state.take_expired(now_ms):
+                if purges and (item.enqueued_at_ms or item.start_timestamp_ms) < purges.get(item.queue, 0):
+                    self._redeliverer.submit(Attempt(p, item, dead_letter=False, purged=True))
+                    continue
                 dead = 0 < self.config.max_deliveries <= (item.delivery_count or 1) and not item.returned
                 self._redeliverer.submit(Attempt(p, item, dead))
 
@@ -308,6 +315,7 @@ class RedeliveryTracker:
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._partitions))
+        self._control.close()
         closer = threading.Thread(target=self._close_consumer, name="kmq-tracker-close", daemon=True)
         closer.start()
         closer.join(max(1.0, deadline - self._monotonic()))  # with the broker down, leaving the group may hang

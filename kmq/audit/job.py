@@ -28,7 +28,7 @@ from kmq.audit import SPARK_VERSION, connector_jars
 from kmq.config import Config
 from kmq.errors import KmqError
 
-STATUSES = ("acked", "expired", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue",
+STATUSES = ("acked", "expired", "purged", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue",
             "orphaned")
 #: ``end_reason`` of a bare End (kafka-mq-go's: a Go consumer's ack or a Go tracker's redelivery; kmq.lifecycle).
 GO_END = "GO_END"
@@ -152,7 +152,9 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     ends = markers.filter("kind = 'END'").groupBy("mid").agg(
         F.sum(ended("ACKED").cast("int")).alias("delivery_acks"),
         F.min(F.when(ended("ACKED"), F.col("ts"))).alias("ack_ts"),
-        F.max((ended("REJECTED") & (F.col("reason") != wire.EXPIRED_REASON)).cast("int")).alias("delivery_rejected"),
+        F.max((ended("REJECTED") & ~F.col("reason").isin(wire.EXPIRED_REASON, wire.PURGED_REASON)).cast("int"))
+        .alias("delivery_rejected"),
+        F.max((ended("REJECTED") & (F.col("reason") == wire.PURGED_REASON)).cast("int")).alias("delivery_purged"),
         F.max((ended("REJECTED") & (F.col("reason") == wire.EXPIRED_REASON)).cast("int")).alias("delivery_expired"),
         F.max(ended("DEAD_LETTERED").cast("int")).alias("delivery_dead"),
         F.sum(ended("REDELIVERED").cast("int")).alias("delivery_redelivered"),
@@ -184,6 +186,7 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
         F.max("ack_ts").alias("acked_ts"),
         F.max("delivery_rejected").alias("rejected"),
         F.max("delivery_expired").alias("expired_end"),
+        F.max("delivery_purged").alias("purged_end"),
         F.max("delivery_dead").alias("dead_by_tracker"),
         F.sum(F.coalesce("delivery_redelivered", F.lit(0)) + F.col("go_redelivered")).alias("redelivered"),
         F.sum("go_redelivered").alias("go_redelivered"),
@@ -196,11 +199,12 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     )
     life = (copies.join(per_message, ["queue", "first_id"], "full_outer").join(dead, ["queue", "first_id"], "left")
             .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
-                     "open_alive": 0, "go_redelivered": 0, "go_ends": 0, "expired_end": 0,
+                     "open_alive": 0, "go_redelivered": 0, "go_ends": 0, "expired_end": 0, "purged_end": 0,
                      "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
     started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
     life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
                            .when(F.col("expired_end") > 0, "expired")
+                           .when(F.col("purged_end") > 0, "purged")
                            .when(F.col("rejected") > 0, "rejected")
                            .when((F.col("dead_by_tracker") > 0) | F.col("in_dlq"), "dead_lettered")
                            .when(F.col("go_ends") > 0, "ended_by_go")

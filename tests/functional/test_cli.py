@@ -63,7 +63,7 @@ def test_topics_create_then_check(kafka_bootstrap: str) -> None:
                     marker_topic=f"cli-{time.time_ns()}.mk")
     created = kmq(config, "topics", "create", "--partitions", "2", "--marker-partitions", "1")
     assert created.returncode == 0, created.stderr
-    assert created.stdout.count("created") == 3
+    assert created.stdout.count("created") == 4  # messages, markers, dead letters, control
     checked = kmq(config, "topics", "check")
     assert checked.returncode == 0 and checked.stdout.count(": ok") == 3
 

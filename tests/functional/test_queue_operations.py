@@ -141,3 +141,72 @@ def test_inspect_tells_a_messages_life_across_copies_and_who_holds_it(kmq_config
     assert done.stdout.splitlines()[-1] == f"state: rejected; first message id {first}"
     missing = kmq(config, "inspect", name, "0:999999")
     assert missing.returncode == 1 and f"no record of queue '{name}'" in missing.stderr
+
+
+def test_a_paused_queue_hands_out_nothing_even_to_a_consumer_started_later_until_resumed(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config()
+    queue = Service(config).queue("held")
+    with queue.consumer() as running:
+        queue.pause()
+        with queue.producer() as producer:
+            for i in range(3):
+                producer.send(b"%d" % i)
+        assert receive_n(running, 1, timeout_s=3) == []  # bounded: nothing may come while paused
+        running.close()
+        with queue.consumer() as later:
+            assert receive_n(later, 1, timeout_s=3) == []
+            queue.resume()
+            got = receive_n(later, 3, timeout_s=20)
+            assert sorted(m.payload for m in got) == [b"0", b"1", b"2"]
+            for m in got:
+                m.ack()
+
+
+def test_a_pause_with_an_end_time_lifts_by_itself(kmq_config: ConfigFactory) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    config = kmq_config()
+    queue = Service(config).queue("nap")
+    until = datetime.now(UTC) + timedelta(seconds=3)
+    queue.pause(until=until)
+    with queue.producer() as producer:
+        producer.send(b"x")
+    with queue.consumer() as consumer:
+        [msg] = receive_n(consumer, 1, timeout_s=20)
+        assert time.time() >= until.timestamp()
+        msg.ack()
+
+
+def test_purge_settles_waiting_in_flight_and_tracker_held_messages_and_spares_later_ones(
+    kmq_config: ConfigFactory,
+) -> None:
+    from tests.helpers import FAST_GROUP, WorkerProcess
+
+    # One message at a time, so the crashed worker holds exactly one; its deadline (10 s) comes after the purge.
+    config = kmq_config(redelivery_timeout_ms=10_000, consumer_kafka=FAST_GROUP, receive_buffer_capacity=1,
+                        max_in_flight=2)
+    queue = Service(config).queue("old")
+    with queue.producer() as producer:
+        for i in range(6):
+            producer.send(b"old-%d" % i)
+    with tracker_thread(config):
+        crashed = WorkerProcess(config, "old", hold=1)  # takes one, then dies: only the tracker holds it
+        crashed.wait_holding()
+        crashed.kill()
+        with queue.consumer() as consumer:
+            held = receive_n(consumer, 2)  # in flight here when the purge comes
+            queue.purge()
+            assert wait_for(lambda: all(m.settled for m in held), timeout_s=10)
+            with pytest.raises(KmqError):
+                held[0].ack()
+            with queue.producer() as producer:
+                producer.send(b"new")
+            rest = receive_n(consumer, 4, timeout_s=8)  # bounded: only the new one may come
+            assert [m.payload for m in rest] == [b"new"]
+            rest[0].ack()
+            assert consumer.flush(10) == 0
+        assert wait_for(lambda: collect(config, ["old"])[0].purged == 6, timeout_s=20), collect(config, ["old"])
+    [row] = collect(config, ["old"])
+    assert (row.acked, row.redelivered, row.in_flight) == (1, 0, 0)

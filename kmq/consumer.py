@@ -99,6 +99,7 @@ class Consumer:
         try:
             self._check_topics()
             self._control.start()
+            self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
             self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
                                   on_revoke=self._on_revoke, on_lost=self._on_lost)
         except BaseException:

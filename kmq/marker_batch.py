@@ -103,6 +103,13 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
     return BATCH_PREFIX + batch.SerializeToString()
 
 
+def encode_hello(key: bytes, client_id: str, instance_id: str) -> bytes:
+    """The record a restarted consumer with a stable ``client_id`` writes first (see MarkerBatch.hello)."""
+    batch = _header(key, 0, client_id, instance_id)
+    batch.hello = True
+    return BATCH_PREFIX + batch.SerializeToString()
+
+
 def _header(key: bytes, redeliver_after_ms: int, client_id: str, instance_id: str) -> pb.MarkerBatch:
     batch = pb.MarkerBatch(key=key, redeliver_after_ms=redeliver_after_ms)
     if client_id:
@@ -123,7 +130,7 @@ StartTuple = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
 class DecodedBatch:
     """A decoded batch record, read entry by entry without building a Marker for each (the tracker's path)."""
 
-    __slots__ = ("_batch", "client_id", "instance_id", "key", "redeliver_after_ms")
+    __slots__ = ("_batch", "client_id", "hello", "instance_id", "key", "redeliver_after_ms")
 
     def __init__(self, batch: pb.MarkerBatch) -> None:
         self._batch = batch
@@ -131,6 +138,8 @@ class DecodedBatch:
         self.redeliver_after_ms: int = batch.redeliver_after_ms
         self.client_id: str = batch.client_id
         self.instance_id: str = batch.instance_id
+        #: A restarted consumer's announcement (no entries): see MarkerBatch.hello.
+        self.hello: bool = batch.hello
 
     def starts(self) -> Iterator[StartTuple]:
         for entry in self._batch.starts:

@@ -21,7 +21,7 @@ from kmq._util import take_all
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
-from kmq.marker_batch import Startable, encode_settles, encode_starts, start_size
+from kmq.marker_batch import Startable, encode_hello, encode_settles, encode_starts, start_size
 from kmq.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
 from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
@@ -146,6 +146,12 @@ class MarkerWriter:
 
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self._others.append(Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason))
+
+    def hello(self) -> None:
+        """Announces this (re)started consumer: a kmq tracker redelivers at once what earlier instances of the same
+        ``client_id`` still hold (kmq format only: kafka-mq-go's trackers would count the record as malformed)."""
+        if self._batched and self._client_id:
+            self._produce(encode_hello(self._key, self._client_id, self._instance_id), 0)
 
     def flush(self, timeout_s: float) -> int:
         """Writes every settle appended so far and waits until all records are durable; returns how many

@@ -44,6 +44,8 @@ class InFlight:
     deadline_ms: int
     #: No handler had it (given back unprocessed, or read before its due time): the copy keeps ``delivery_count``.
     returned: bool = False
+    #: Who Started it: (client_id, instance_id), one tuple shared by a batch's entries; None from kafka-mq-go.
+    holder: tuple[str, str] | None = None
 
     @property
     def queue(self) -> str:
@@ -72,6 +74,7 @@ class PartitionState:
     _deadline_heap: list[tuple[int, MessageId]] = field(default_factory=list)
     _starts_at: dict[int, int] = field(default_factory=dict)
     _offset_heap: list[int] = field(default_factory=list)
+    _holders: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def apply(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
         """Folds one marker (from the record at ``offset`` with log time ``timestamp_ms``) into the state."""
@@ -88,14 +91,21 @@ class PartitionState:
 
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
         """Folds one kmq batch record, entry by entry, in the order its markers apply."""
-        self.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts())
+        if batch.hello:
+            self.takeover(batch.client_id, batch.instance_id, timestamp_ms)
+            return
+        holder = None
+        if batch.client_id:  # one tuple per consumer instance, shared by all it Started
+            found = (batch.client_id, batch.instance_id)
+            holder = self._holders.setdefault(found, found)
+        self.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts(), holder)
         self.keep_alive(timestamp_ms + batch.redeliver_after_ms, batch.keep_alives())
         for marker in batch.settles():
             self.apply(offset, timestamp_ms, marker)
         self.end(batch.acks())
 
     def start(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int,
-              entries: Iterable[StartEntry]) -> None:
+              entries: Iterable[StartEntry], holder: tuple[str, str] | None = None) -> None:
         """Starts of one record: each enters the state, or refreshes the deadline of a known one."""
         self.next_offset = max(self.next_offset, offset + 1)
         deadline = timestamp_ms + redeliver_after_ms
@@ -104,7 +114,7 @@ class PartitionState:
         for message_id, value, headers, count, first, enqueued in entries:
             if message_id not in in_flight:
                 in_flight[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
-                                                   offset, timestamp_ms, deadline)
+                                                 offset, timestamp_ms, deadline, holder=holder)
                 self._set_deadline(message_id, deadline)
                 added += 1
             elif message_id in deadlines:
@@ -130,6 +140,20 @@ class PartitionState:
                 known.returned = returned
                 known.deadline_ms = deadline_ms
                 self._set_deadline(message_id, deadline_ms)
+
+    def takeover(self, client_id: str, instance_id: str, timestamp_ms: int) -> int:
+        """A consumer with a stable ``client_id`` restarted as ``instance_id``: what its earlier instances hold is due
+        now (a crash: each counts as a delivery). Rare (one per restart), so a scan; returns how many."""
+        taken = 0
+        for message_id, item in self.in_flight.items():
+            holder = item.holder
+            if holder is not None and holder[0] == client_id and holder[1] != instance_id \
+                    and message_id in self.deadlines and item.deadline_ms > timestamp_ms:
+                item.deadline_ms = timestamp_ms
+                self._set_deadline(message_id, timestamp_ms)
+                taken += 1
+        self.stats["taken_over"] += taken
+        return taken
 
     def end(self, message_ids: Iterable[MessageId]) -> None:
         for message_id in message_ids:

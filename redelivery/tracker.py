@@ -151,7 +151,11 @@ class RedeliveryTracker:
         value = record.value()
         try:
             if is_batch(value):
-                state.apply_batch(offset, timestamp_ms, decode_batch(value))  # type: ignore[arg-type]
+                batch = decode_batch(value)  # type: ignore[arg-type]
+                state.apply_batch(offset, timestamp_ms, batch)
+                if batch.hello:
+                    log.info("consumer_restarted", queue=batch.key.decode(errors="replace"), client_id=batch.client_id,
+                             instance_id=batch.instance_id, taken_over=state.stats["taken_over"])
             else:
                 state.apply(offset, timestamp_ms, decode(value))
         except MarkerDecodeError as bad:

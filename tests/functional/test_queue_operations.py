@@ -210,3 +210,29 @@ def test_purge_settles_waiting_in_flight_and_tracker_held_messages_and_spares_la
         assert wait_for(lambda: collect(config, ["old"])[0].purged == 6, timeout_s=20), collect(config, ["old"])
     [row] = collect(config, ["old"])
     assert (row.acked, row.redelivered, row.in_flight) == (1, 0, 0)
+
+
+def test_a_crashed_consumer_restarting_with_its_client_id_gets_its_messages_back_in_seconds_not_the_timeout(
+    kmq_config: ConfigFactory,
+) -> None:
+    from tests.helpers import WorkerProcess
+
+    config = kmq_config(redelivery_timeout_ms=60_000, client_id=f"w-{uuid.uuid4().hex[:8]}")
+    queue = Service(config).queue(f"takeover-{uuid.uuid4().hex[:8]}")
+    with queue.producer() as producer:
+        for i in range(3):
+            producer.send(b"%d" % i)
+    with tracker_thread(config):
+        crashed = WorkerProcess(config, queue.name, hold=3)
+        crashed.wait_holding()
+        crashed.kill()
+        restarted = time.monotonic()
+        with queue.consumer() as consumer:  # the same client_id: a restart of the crashed worker
+            got = receive_n(consumer, 3, timeout_s=30)
+            took = time.monotonic() - restarted
+            assert sorted(m.payload for m in got) == [b"0", b"1", b"2"]
+            assert {m.delivery_count for m in got} == {2}
+            for m in got:
+                m.ack()
+    print(f"fast takeover: {took:.2f} s")
+    assert took < 5.0, f"took {took:.1f} s with a 60 s redelivery timeout"

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kmq.marker_batch import decode_batch, decode_record, encode_settles, encode_starts
+from kmq.marker_batch import decode_batch, decode_record, encode_hello, encode_settles, encode_starts
 from kmq.markers import Marker, MarkerType
 from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 from redelivery.partition_state import PartitionState
@@ -168,3 +168,16 @@ def test_a_returned_message_expires_at_once_and_is_marked_so_its_copy_keeps_the_
     state.apply(1, 500, Marker(MarkerType.KEEPALIVE, MessageId(0, 1), 0, reason=RELEASE_REASON))
     expired = state.take_expired(501)
     assert [(i.message_id.offset, i.returned) for i in expired] == [(0, True), (1, False)]
+
+
+def test_a_restarted_client_takes_over_what_its_earlier_instance_held_and_nothing_else() -> None:
+    state = PartitionState(0)
+    old = [FakeStart(MessageId(0, i), b"p") for i in range(3)]
+    other = [FakeStart(MessageId(0, 10), b"p")]
+    state.apply_batch(0, 1000, decode_batch(encode_starts(b"q", 60_000, old, client_id="w1", instance_id="h:1")))
+    state.apply_batch(1, 1000, decode_batch(encode_starts(b"q", 60_000, other, client_id="w2", instance_id="h:2")))
+    state.apply_batch(2, 5000, decode_batch(encode_hello(b"q", "w1", "h:3")))
+    assert [i.message_id.offset for i in state.take_expired(5001)] == [0, 1, 2]
+    assert state.take_expired(60_000) == []  # w2's deadline is still 61,000
+    state.apply_batch(3, 6000, decode_batch(encode_hello(b"q", "w2", "h:2")))  # the same instance: nothing
+    assert state.take_expired(6001) == []

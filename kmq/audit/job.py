@@ -28,8 +28,8 @@ from kmq.audit import SPARK_VERSION, connector_jars
 from kmq.config import Config
 from kmq.errors import KmqError
 
-STATUSES = ("acked", "expired", "purged", "rejected", "dead_lettered", "ended_by_go", "in_flight", "waiting", "overdue",
-            "orphaned")
+STATUSES = ("acked", "expired", "purged", "rejected", "dead_lettered", "ended_by_go", "delayed", "in_flight",
+            "waiting", "overdue", "orphaned")
 #: ``end_reason`` of a bare End (kafka-mq-go's: a Go consumer's ack or a Go tracker's redelivery; kmq.lifecycle).
 GO_END = "GO_END"
 
@@ -142,7 +142,8 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     last_beat = markers.filter("kind != 'END'").groupBy("mid").agg(
         F.max(F.col("ts") + F.col("redeliver_after_ms")).alias("deadline_ts"),
         F.sum(F.when(F.col("reason") == wire.RELEASE_REASON, 1).otherwise(0)).alias("released"),
-        F.max((F.col("reason") == wire.RETURN_REASON).cast("int")).alias("returned"))
+        F.max((F.col("reason") == wire.RETURN_REASON).cast("int")).alias("returned"),
+        F.max((F.col("reason") == wire.DELAY_REASON).cast("int")).alias("delayed"))
 
     def ended(reason: str) -> Any:
         return F.col("end_reason") == reason
@@ -177,7 +178,10 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     per_message = deliveries.groupBy("queue", "first_id").agg(
         F.count("*").alias("deliveries"),
         # Deliveries a handler saw: a delivery given back unprocessed (consumer close, worker shutdown) did not.
-        F.sum(1 - F.coalesce(F.col("returned"), F.lit(0))).alias("handler_deliveries"),
+        F.sum(1 - F.greatest(F.coalesce(F.col("returned"), F.lit(0)), F.coalesce(F.col("delayed"), F.lit(0))))
+        .alias("handler_deliveries"),
+        # Read before its due time, and waiting for it (its hop's deadline is the due time).
+        F.sum(F.when(F.col("end_ts").isNull() & (F.col("delayed") == 1), 1).otherwise(0)).alias("open_delayed"),
         F.max("delivery_count").alias("max_delivery_count"),
         F.min("start_ts").alias("first_start_ts"),
         F.sum(F.coalesce(F.col("delivery_acks"), F.lit(0))).alias("acks"),
@@ -200,7 +204,8 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
     life = (copies.join(per_message, ["queue", "first_id"], "full_outer").join(dead, ["queue", "first_id"], "left")
             .fillna({"deliveries": 0, "handler_deliveries": 0, "acks": 0, "redelivered": 0, "released": 0,
                      "open_alive": 0, "go_redelivered": 0, "go_ends": 0, "expired_end": 0, "purged_end": 0,
-                     "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0, "in_dlq": False}))
+                     "open_delayed": 0, "open_overdue": 0, "rejected": 0, "dead_by_tracker": 0, "copies": 0,
+                     "in_dlq": False}))
     started_copies = F.coalesce(F.col("deliveries"), F.lit(0))
     life = life.withColumn("status", F.when(F.col("acks") > 0, "acked")
                            .when(F.col("expired_end") > 0, "expired")
@@ -208,6 +213,7 @@ def lifecycles(spark: SparkSession, config: Config, options: AuditOptions) -> tu
                            .when(F.col("rejected") > 0, "rejected")
                            .when((F.col("dead_by_tracker") > 0) | F.col("in_dlq"), "dead_lettered")
                            .when(F.col("go_ends") > 0, "ended_by_go")
+                           .when((F.col("open_delayed") > 0) & (F.col("open_alive") > 0), "delayed")
                            .when(F.col("open_alive") > 0, "in_flight")
                            .when(F.col("open_overdue") > 0, "overdue")
                            .when(F.col("copies") > started_copies, "waiting")

@@ -181,3 +181,25 @@ def test_stats_and_the_audit_classify_what_kafka_mq_go_components_wrote_and_neve
                               "released", "lost", "acked_more_than_once")} == {
         "produced": 3, "acked": 2, "redelivered": 2, "go_redelivered": 2, "go_ends": 1, "ended_by_go": 1,
         "released": 1, "lost": 0, "acked_more_than_once": 0}
+
+
+def test_the_audit_counts_delayed_expired_and_purged_messages_apart_never_as_lost(
+    kmq_config: ConfigFactory, tmp_path: Path
+) -> None:
+    config = kmq_config(queue_ttl_ms={"ops": 1})
+    queue = Service(config).queue("ops")
+    with queue.producer() as producer:
+        producer.send(b"expires")                   # the queue's 1 ms time to live
+        producer.send(b"later", delay=600, ttl=900)  # read early: a hop through the tracker
+        producer.send(b"purged", ttl=900)
+        producer.send(b"kept", ttl=900)
+    with queue.consumer() as consumer:
+        got = {m.payload: m for m in receive_n(consumer, 2, timeout_s=20)}
+        got[b"kept"].ack()
+        queue.purge()
+        assert wait_for(lambda: got[b"purged"].settled, timeout_s=10)
+        assert consumer.flush(10) == 0
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    q = result["queues"]["ops"]
+    assert {k: q[k] for k in ("produced", "acked", "expired", "purged", "delayed", "lost", "in_flight")} == {
+        "produced": 4, "acked": 1, "expired": 1, "purged": 1, "delayed": 1, "lost": 0, "in_flight": 0}

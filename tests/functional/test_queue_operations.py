@@ -236,3 +236,19 @@ def test_a_crashed_consumer_restarting_with_its_client_id_gets_its_messages_back
                 m.ack()
     print(f"fast takeover: {took:.2f} s")
     assert took < 5.0, f"took {took:.1f} s with a 60 s redelivery timeout"
+
+
+def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    queue = Service(config).queue("gone")
+    with queue.producer() as producer:
+        for i in range(3):
+            producer.send(b"old-%d" % i)
+        queue.purge()
+        producer.send(b"new")
+    with queue.consumer() as consumer:
+        got = receive_n(consumer, 4, timeout_s=6)  # bounded: only the new one may come
+        assert [m.payload for m in got] == [b"new"]
+        got[0].ack()
+        assert consumer.flush(10) == 0
+    assert collect(config, ["gone"])[0].purged == 3

@@ -219,6 +219,37 @@ def delayed_case(bootstrap: str) -> Case:
                 extra={"ours_percentiles": pcts, "early": early}, note="target p99 <= 1000 ms; early must be 0")
 
 
+def takeover_case(bootstrap: str) -> Case:
+    """Fast takeover: a worker with a stable client_id holds 100 messages and is SIGKILLed; the time from its
+    restart (same client_id) until it has all 100 back, with a 60 s redelivery timeout (which bounds it without)."""
+    import uuid
+
+    from tests.helpers import WorkerProcess
+
+    config = fresh(bootstrap, "takeover", redelivery_timeout_ms=60_000, client_id=f"bench-{uuid.uuid4().hex[:8]}")
+    queue = w.group("takeover")
+    preload(config, queue, 100)
+    proc = tracker(config)
+    try:
+        crashed = WorkerProcess(config, queue, hold=100)
+        crashed.wait_holding()
+        crashed.kill()
+        restarted = time.monotonic()
+        with Service(config).queue(queue).consumer() as consumer:
+            got = 0
+            while got < 100 and time.monotonic() - restarted < 120:
+                for msg in consumer.receive_many(100, 0.2):
+                    msg.ack()
+                    got += 1
+            took = time.monotonic() - restarted
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return Case("fast takeover (restart with the same client_id → all held messages back)", "s", round(took, 2),
+                60.0, "the redelivery timeout it replaces", {"messages": got, "redelivery_timeout_ms": 60_000},
+                note="target < 5 s")
+
+
 def _is_copy(record: object) -> bool:
     return any(k == "kmq-delivery-count" for k, _ in (record.headers() or []))  # type: ignore[attr-defined]
 
@@ -360,6 +391,7 @@ def test_bench(kafka_bootstrap: str) -> None:
     cases.append(latency_case(kafka_bootstrap, admin))
     cases.append(redelivery_case(kafka_bootstrap))
     cases.append(delayed_case(kafka_bootstrap))
+    cases.append(takeover_case(kafka_bootstrap))
     cases += rebuild_cases(kafka_bootstrap)
     cases += many_queue_cases(kafka_bootstrap, admin)
     out = write(ROOT / "bench-results" / time.strftime("%Y%m%dT%H%M%S"), cases,

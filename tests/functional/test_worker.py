@@ -160,6 +160,7 @@ def test_acks_lost_in_a_broker_outage_give_a_non_zero_exit_within_the_close_time
     assert wait_for(lambda: len(workers.runs()) >= 16, timeout_s=20)
     code, counts, err, seconds = terminate(worker)
     assert code == 1, err
+    print(f"worker stopped {seconds:.1f} s after SIGTERM with the broker down")
     assert seconds < 2 + 5 + 5, f"stopped after {seconds:.1f} s"
     events = [json.loads(line) for line in err.splitlines()]  # every line JSON, librdkafka's included
     failures = [e for e in events if e["event"] == "command_failed"]
@@ -167,4 +168,5 @@ def test_acks_lost_in_a_broker_outage_give_a_non_zero_exit_within_the_close_time
     assert any(e["event"] == "librdkafka" for e in events)
     assert counts.get("acked", 0) > 0
     code, _, err, seconds = terminate(tracker)
+    print(f"tracker stopped {seconds:.1f} s after SIGTERM with the broker down")
     assert code == 0 and seconds < 10 + 5, (code, seconds, err[-2000:])

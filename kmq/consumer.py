@@ -129,6 +129,11 @@ class Consumer:
         return self._intake.paused
 
     @property
+    def paused(self) -> bool:
+        """True while the queue is paused (``kmq pause``) as this consumer's control follower last saw it."""
+        return self._paused_now()
+
+    @property
     def records_read(self) -> int:
         """Records read from the messages topic, this queue's and others' (read amplification)."""
         return self._intake.records_read
@@ -310,9 +315,7 @@ class Consumer:
     def _poll_once(self) -> None:
         if self._due:
             self._hand_out(self._due.take_due())
-        room = self._usable_room()
-        if self._control.state.paused_until and self._control.state.paused(self._queue, int(time.time() * 1000)):
-            room = 0  # paused (kmq pause): take no new messages; those in flight finish
+        room = 0 if self._paused_now() else self._usable_room()
         self._intake.update_pause()
         busy = len(self._intake) or len(self._pipeline)
         wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000
@@ -324,12 +327,18 @@ class Consumer:
             wait_s = 0.0
         self._intake.fetch(wait_s)  # may run rebalance callbacks
         started = False
-        if room > 0 and len(self._intake) and not self._pipeline.full():
+        if room > 0 and len(self._intake) and not self._pipeline.full() and not self._paused_now():
             self._pipeline.start(self._intake.take(room))
             started = True
         self._pipeline.advance(block=not started or self._pipeline.full())
         if self._book and not self._pipeline and self._book.policy.due():
             self._commit(self._book.pending())
+
+    def _paused_now(self) -> bool:
+        """Paused (kmq pause): take no new messages; those in flight finish. Asked again after each fetch, since a
+        pause may arrive while the fetch waits."""
+        state = self._control.state
+        return bool(state.paused_until) and state.paused(self._queue, int(time.time() * 1000))
 
     def _room(self) -> int:
         buffered = len(self._ready) + self._pipeline.waiting

@@ -80,8 +80,10 @@ class ControlFollower:
         self._topic = control_topic(config)
         self._on_change = on_change
         self._stop = threading.Event()
-        self._consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""),
-                                                                f"kmq-control-{uuid.uuid4().hex}", "kmq-control"))
+        self._consumer = KafkaConsumer({
+            **_kafka.consumer_settings(config.replace(client_id=""), f"kmq-control-{uuid.uuid4().hex}", "kmq-control"),
+            "fetch.wait.max.ms": 100,  # a pause or purge should reach running consumers within a fraction of a second
+        })
         self._thread: threading.Thread | None = None
 
     def start(self) -> ControlFollower:

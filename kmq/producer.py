@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -113,7 +114,7 @@ class Producer:
         out = check_headers(headers)
         if time_limit is not None or delay is not None or deliver_at is not None or ttl is not None \
                 or self._default_ttl_ms:
-            now_ms = int(time.time() * 1000)
+            now_ms = math.ceil(time.time() * 1000)  # rounded up: a due time is never before now + delay
             ttl_ms = round(_seconds("ttl", ttl, positive=True) * 1000) if ttl is not None else self._default_ttl_ms
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at, now_ms),
                                   expires_at_ms=now_ms + ttl_ms if ttl_ms else None)

@@ -177,7 +177,7 @@ def test_log_options_work_after_the_subcommand_and_the_output_is_json(kmq_config
     result = kmq(config, "topics", "create", "--log-level", "info", "--log-json")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert [json.loads(line)["event"] for line in lines] == ["topic_ready"] * 3
+    assert [json.loads(line)["event"] for line in lines] == ["topic_ready"] * 4
 
 
 def test_dlq_commands_fail_when_the_dead_letter_topic_is_missing(kafka_bootstrap: str) -> None:

@@ -34,7 +34,9 @@ def test_delayed_messages_reach_no_handler_before_their_time_and_keep_their_deli
         while len(arrived) < 3 and time.monotonic() < deadline:
             msg = consumer.receive(0.1)
             if msg is not None:
-                arrived[msg.payload] = (time.time() - sent[msg.payload], msg.delivery_count)
+                now = time.time()
+                assert msg.deliver_at is None or now >= msg.deliver_at.timestamp(), "handed out before its time"
+                arrived[msg.payload] = (now - sent[msg.payload], msg.delivery_count)
                 msg.ack()
         assert consumer.flush(10) == 0
     assert set(arrived) == {b"now", b"soon", b"later"}
@@ -150,6 +152,7 @@ def test_a_paused_queue_hands_out_nothing_even_to_a_consumer_started_later_until
     queue = Service(config).queue("held")
     with queue.consumer() as running:
         queue.pause()
+        assert wait_for(lambda: running.paused, timeout_s=10)  # the control record reaches it within ~0.1 s
         with queue.producer() as producer:
             for i in range(3):
                 producer.send(b"%d" % i)

@@ -152,7 +152,7 @@ class Consumer:
                 pass
             else:
                 self._wake_loop()
-                if not message._settled_as:  # else purged while buffered
+                if not (self._purged_up_to and message._settled_as):  # else purged while buffered
                     return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
@@ -176,7 +176,7 @@ class Consumer:
                 pass
             if got:
                 self._wake_loop()
-                if any(m._settled_as for m in got):  # purged while buffered
+                if self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
                     got = [m for m in got if not m._settled_as]
                 if got:
                     return got

@@ -10,6 +10,7 @@ delivery count unchanged); then each consumer closes within ``close_timeout_s``.
 
 from __future__ import annotations
 
+import random
 import signal
 import threading
 import time
@@ -50,8 +51,6 @@ class Backoff:
             raise ConfigError("backoff", f"needs 0 <= base <= max, got base {self.base_s} s, max {self.max_s} s")
 
     def delay_s(self, delivery_count: int) -> float:
-        import random
-
         ceiling = min(self.max_s, self.base_s * 2.0 ** max(0, delivery_count - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 

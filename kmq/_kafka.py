@@ -34,6 +34,13 @@ OWNERSHIP_LOST = frozenset({
     KafkaError._ASSIGNMENT_LOST, KafkaError._STATE,
 })
 
+# Offset-query errors of a partition whose leader is moving or not yet serving (a topic created a moment ago gives
+# NOT_LEADER_FOR_PARTITION until its broker has loaded it): they pass, so a one-shot query retries them.
+LEADERSHIP_MOVING = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+})
+
 
 def base_settings(config: Config, client_id: str) -> dict[str, Any]:
     settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id,
@@ -156,6 +163,27 @@ def topic_partitions(client: KafkaConsumer | KafkaProducer, config: Config, topi
     if info is None or info.error is not None:
         raise TopicError(f"{role} topic {topic!r} does not exist: create it with `kmq topics create`")
     return list(info.partitions)
+
+
+def watermarks(consumer: KafkaConsumer, tp: TopicPartition, timeout_s: float, what: str,
+               sleep: Callable[[float], None] = time.sleep) -> tuple[int, int]:
+    """The low and high watermarks of ``tp``, retrying transient errors for up to ``timeout_s``; a
+    KafkaClientError naming ``what`` (e.g. "end offsets of 'q.control'") once they persist or are not transient."""
+    deadline = time.monotonic() + timeout_s
+    pause_s = 0.05
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            transient = err is not None and (err.retriable() or err.code() in LEADERSHIP_MOVING
+                                             or err.code() == KafkaError._TIMED_OUT)
+            if not transient or time.monotonic() + pause_s >= deadline:
+                raise to_kmq_error(exc, what) from exc
+            log.debug("offsets_query_retried", of=what, error=err.str() if err else str(exc))
+        sleep(pause_s)
+        pause_s = min(pause_s * 2, 1.0)
 
 
 def instance_id() -> str:

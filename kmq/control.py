@@ -103,7 +103,8 @@ class ControlFollower:
         timeout_s = self._config.connect_timeout_ms / 1000
         ends = {}
         for p in partitions:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=timeout_s)
+            low, high = _kafka.watermarks(self._consumer, TopicPartition(self._topic, p), timeout_s,
+                                          f"end offsets of {self._topic!r}")
             if high > low:
                 ends[p] = high
         deadline = time.monotonic() + timeout_s + 20

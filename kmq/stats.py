@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
@@ -62,10 +62,7 @@ class TopicReplay:
         timeout_s = self._config.connect_timeout_ms / 1000
         left = {}
         for tp in self._consumer.assignment():
-            try:
-                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
-            except KafkaException as exc:
-                raise _kafka.to_kmq_error(exc, f"end offsets of {self._topic!r}") from exc
+            low, high = _kafka.watermarks(self._consumer, tp, timeout_s, f"end offsets of {self._topic!r}")
             start = max(low, self._next.get(tp.partition, low))
             if high > start:
                 left[tp.partition] = (start, high)

@@ -1,0 +1,47 @@
+"""One-shot offset queries at the Kafka edge: a partition whose leader is not serving yet is waited for, not fatal."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kmq import _kafka
+from kmq.errors import KafkaClientError
+
+TP = TopicPartition("q.control", 0)
+
+
+class ScriptedOffsets:
+    """A consumer whose watermark queries fail with the given error codes, then answer (0, 7)."""
+
+    def __init__(self, *codes: int) -> None:
+        self.codes = list(codes)
+        self.calls = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.calls += 1
+        if self.codes:
+            raise KafkaException(KafkaError(self.codes.pop(0)))
+        return 0, 7
+
+
+def test_a_partition_just_created_answers_once_its_leader_serves_it() -> None:
+    consumer = ScriptedOffsets(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    naps: list[float] = []
+    assert _kafka.watermarks(consumer, TP, 5.0, "end offsets", sleep=naps.append) == (0, 7)  # type: ignore[arg-type]
+    assert consumer.calls == 3
+    assert naps == [0.05, 0.1]
+
+
+def test_an_error_that_will_not_pass_is_raised_at_once_naming_what_was_asked() -> None:
+    consumer = ScriptedOffsets(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaClientError, match=r"end offsets of 'q\.control'.*TOPIC_AUTHORIZATION_FAILED"):
+        _kafka.watermarks(consumer, TP, 5.0, "end offsets of 'q.control'", sleep=lambda _s: None)  # type: ignore[arg-type]
+    assert consumer.calls == 1
+
+
+def test_a_leader_that_never_comes_is_an_error_once_the_timeout_is_spent() -> None:
+    consumer = ScriptedOffsets(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
+    with pytest.raises(KafkaClientError, match="NOT_LEADER_FOR_PARTITION"):
+        _kafka.watermarks(consumer, TP, 0.0, "end offsets", sleep=lambda _s: None)  # type: ignore[arg-type]
+    assert consumer.calls == 1

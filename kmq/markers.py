@@ -31,8 +31,26 @@ class EndReason(IntEnum):
     DEAD_LETTERED = 3
 
 
+class StartView:
+    """What a Start's fields say, shared by a Start marker and the tracker's in-flight entry built from it."""
+
+    __slots__ = ()
+    key: bytes
+    message_id: MessageId
+    first_message_id: MessageId | None
+
+    @property
+    def queue(self) -> str:
+        return self.key.decode("utf-8", "replace")
+
+    @property
+    def first_id(self) -> MessageId:
+        """The first delivery's message id, which links redelivered copies to the original."""
+        return self.first_message_id or self.message_id
+
+
 @dataclass(frozen=True, slots=True)
-class Marker:
+class Marker(StartView):
     """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver)."""
 
     type: MarkerType
@@ -49,15 +67,6 @@ class Marker:
     headers: Headers = ()
     end_reason: EndReason = EndReason.ACKED
     reason: str = ""
-
-    @property
-    def queue(self) -> str:
-        return self.key.decode("utf-8", "replace")
-
-    @property
-    def first_id(self) -> MessageId:
-        """The first delivery's message id, which links redelivered copies to the original."""
-        return self.first_message_id or self.message_id
 
 
 _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enqueued_at_ms", "client_id",

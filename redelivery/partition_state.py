@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kmq.marker_batch import DecodedBatch
-from kmq.markers import Headers, Marker, MarkerType
+from kmq.markers import Headers, Marker, MarkerType, StartView
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
@@ -28,7 +28,7 @@ COMPACT_FACTOR = 2
 
 
 @dataclass(slots=True)
-class InFlight:
+class InFlight(StartView):
     """A started, not yet ended message: the Start's payload and metadata, and its deadline."""
 
     message_id: MessageId
@@ -46,15 +46,6 @@ class InFlight:
     returned: bool = False
     #: Who Started it: (client_id, instance_id), one tuple shared by a batch's entries; None from kafka-mq-go.
     holder: tuple[str, str] | None = None
-
-    @property
-    def queue(self) -> str:
-        return self.key.decode("utf-8", "replace")
-
-    @property
-    def first_id(self) -> MessageId:
-        """The first delivery's message id, which links redelivered copies to the original."""
-        return self.first_message_id or self.message_id
 
 
 #: What a Start carries into the state: id, payload, headers, delivery count, first id, enqueued-at.

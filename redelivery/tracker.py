@@ -12,7 +12,9 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -58,10 +60,14 @@ class Partition:
 
 
 class RedeliveryTracker:
-    """One tracker replica. ``run()`` loops until ``stop()``; the loop thread owns all partition state."""
+    """One tracker replica. ``run()`` loops until ``stop()``; the loop thread owns all partition state.
+
+    ``consumer_factory`` builds the markers consumer from its settings (a seam for tests that make the broker's
+    answers fail)."""
 
     def __init__(self, config: Config, *, metrics: TrackerMetrics | None = None,
-                 monotonic: Monotonic = time.monotonic, client_id: str = "kmq-redelivery-tracker") -> None:
+                 monotonic: Monotonic = time.monotonic, client_id: str = "kmq-redelivery-tracker",
+                 consumer_factory: Callable[[dict[str, Any]], KafkaConsumer] = KafkaConsumer) -> None:
         self.config = config
         self.metrics = metrics or TrackerMetrics()
         self._monotonic = monotonic
@@ -89,7 +95,7 @@ class RedeliveryTracker:
         self._last_init_try = 0.0
         self._last_complaint = 0.0
         self._published_queues: set[str] = set()
-        self._consumer = KafkaConsumer({
+        self._consumer = consumer_factory({
             **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "error_cb": self._on_client_error, "on_commit": _on_commit,

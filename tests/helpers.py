@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kmq import Config, Consumer, Message
 from redelivery.tracker import RedeliveryTracker
@@ -23,8 +24,8 @@ FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 
 
 @contextmanager
-def tracker_thread(config: Config) -> Iterator[RedeliveryTracker]:
-    tracker = RedeliveryTracker(config)
+def tracker_thread(config: Config, **options: Any) -> Iterator[RedeliveryTracker]:
+    tracker = RedeliveryTracker(config, **options)
     thread = threading.Thread(target=tracker.run, name="test-tracker", daemon=True)
     thread.start()
     try:

@@ -6,8 +6,11 @@ import signal
 import time
 
 import pytest
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
+from structlog.testing import capture_logs
 
 from kmq import Service
 from kmq.dlq import list_dead_letters, redrive
@@ -211,6 +214,44 @@ def test_garbage_and_unknown_version_markers_are_counted_and_skipped(kmq_config:
         assert tracker.metrics.malformed._value.get() == 3
     copies = read_topic(config.bootstrap_servers, config.message_topic, until=lambda r: len(r) >= 1)
     assert [(c.key(), c.value()) for c in copies] == [(b"q", b"ok")]
+
+
+class CommittedFailsAtFirst:
+    """The tracker's markers consumer, whose first ``committed()`` answers time out (a coordinator moving)."""
+
+    def __init__(self, settings: dict[str, object], failures: int) -> None:
+        self._consumer = RawConsumer(settings)
+        self.failures_left = failures
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        if self.failures_left > 0:
+            self.failures_left -= 1
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "committed offsets timed out"))
+        return self._consumer.committed(partitions, timeout=timeout)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._consumer, name)
+
+
+def test_a_partition_whose_committed_offset_cannot_be_read_is_tried_again_and_loses_nothing_read_meanwhile(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(marker_partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    raw.produce(config.marker_topic, encode(Marker(MarkerType.START, MessageId(0, 3), 0, b"q", b"due")), b"q")
+    assert raw.flush(10) == 0
+    consumers: list[CommittedFailsAtFirst] = []
+
+    def factory(settings: dict[str, object]) -> CommittedFailsAtFirst:
+        consumers.append(CommittedFailsAtFirst(settings, failures=2))
+        return consumers[-1]
+
+    with capture_logs() as logs, tracker_thread(config, consumer_factory=factory) as tracker:
+        assert wait_for(lambda: tracker.metrics.redeliveries.labels("q")._value.get() == 1, timeout_s=20)
+    assert consumers[0].failures_left == 0
+    assert [e["partition"] for e in logs if e["event"] == "partition_init_failed"] == [0, 0]
+    copies = read_topic(config.bootstrap_servers, config.message_topic, timeout_s=3)
+    assert [(c.key(), c.value()) for c in copies] == [(b"q", b"due")]
 
 
 def test_a_start_marker_written_with_the_plain_upstream_schema_is_redelivered(kmq_config: ConfigFactory) -> None:

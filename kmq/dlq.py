@@ -1,22 +1,22 @@
 """Dead letters: list a queue's messages on the dead-letter topic, and redrive them back onto the queue.
 
-Redrive reads the dead-letter topic in consumer group ``kmq-dlq-redrive-<queue>`` and commits as it goes,
-so each dead letter is redriven once. The redriven copy starts again at delivery count 1 and keeps the
-first delivery's id, so the audit still links it to the original.
+Both read the dead-letter topic to its end offsets (never "until idle": see kmq.topic_replay). Redrive starts at
+the offsets committed in group ``kmq-dlq-redrive-<queue>`` and commits once the copies are durable, so each dead
+letter is redriven once; two redrives of one queue running at the same time may both redrive a letter. The redriven
+copy starts again at delivery count 1 and keeps the first delivery's id, so the audit still links it to the original.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
 from kmq.config import Config
+from kmq.errors import KafkaClientError
+from kmq.topic_replay import TopicReplay
 from kmq.wire import MessageId
 
 
@@ -34,36 +34,10 @@ class DeadLetter:
 Found = list[tuple[DeadLetter, TopicPartition]]
 
 
-def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: float) -> tuple[KafkaConsumer, Found]:
-    consumer = KafkaConsumer({**_kafka.consumer_settings(config.replace(client_id=""), group, "kmq-dlq"),
-                              "enable.partition.eof": True})
-    try:
-        # An empty answer must mean "no dead letters", never "could not look".
-        _kafka.topic_partitions(consumer, config, config.dlq_topic, "dead-letter")
-    except BaseException:
-        consumer.close()
-        raise
-    consumer.subscribe([config.dlq_topic])
+def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
     key = queue.encode()
-    found: list[tuple[DeadLetter, TopicPartition]] = []
-    eof: set[int] = set()
-    assigned: set[int] | None = None
-    last = time.monotonic()
-    while (limit is None or len(found) < limit) and time.monotonic() - last < idle_s:
-        record = consumer.poll(0.2)
-        if assigned is None and consumer.assignment():
-            assigned = {tp.partition for tp in consumer.assignment()}
-        if record is None:
-            if assigned is not None and eof >= assigned:
-                break
-            continue
-        err = record.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                eof.add(record.partition() or 0)
-            continue
-        last = time.monotonic()
-        eof.discard(record.partition() or 0)
+    found: Found = []
+    for record in replay.records():
         if record.key() != key:
             continue
         headers = _kafka.header_dict(record)
@@ -77,20 +51,25 @@ def _read(config: Config, queue: str, group: str, limit: int | None, idle_s: flo
             dlq_id=_kafka.message_id(record))
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
-    return consumer, found
+        if limit is not None and len(found) >= limit:
+            break
+    return found
 
 
-def list_dead_letters(config: Config, queue: str, limit: int | None = 100, idle_s: float = 3.0) -> list[DeadLetter]:
-    """The queue's dead letters (oldest first), without consuming them."""
-    consumer, found = _read(config, queue, f"kmq-dlq-list-{uuid.uuid4().hex}", limit, idle_s)
-    consumer.close()
-    return [letter for letter, _ in found]
-
-
-def redrive(config: Config, queue: str, limit: int | None = None, idle_s: float = 3.0) -> int:
-    """Moves the queue's dead letters back onto the queue; returns how many were redriven."""
-    consumer, found = _read(config, queue, f"kmq-dlq-redrive-{queue}", limit, idle_s)
+def list_dead_letters(config: Config, queue: str, limit: int | None = 100) -> list[DeadLetter]:
+    """The queue's dead letters (oldest first, up to ``limit``), without consuming them."""
+    replay = TopicReplay(config, config.dlq_topic)
     try:
+        return [letter for letter, _ in _read(replay, queue, limit)]
+    finally:
+        replay.close()
+
+
+def redrive(config: Config, queue: str, limit: int | None = None) -> int:
+    """Moves the queue's dead letters not redriven before back onto the queue; returns how many were redriven."""
+    replay = TopicReplay(config, config.dlq_topic, group=f"kmq-dlq-redrive-{queue}")
+    try:
+        found = _read(replay, queue, limit)
         if not found:
             return 0
         producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive")
@@ -107,7 +86,12 @@ def redrive(config: Config, queue: str, limit: int | None = None, idle_s: float 
         last: dict[int, TopicPartition] = {}
         for _, tp in found:
             last[tp.partition] = tp
-        consumer.commit(offsets=list(last.values()), asynchronous=False)
+        try:
+            replay.commit(list(last.values()))
+        except KafkaClientError as err:
+            raise KafkaClientError(f"{len(found)} dead letter(s) of {queue!r} were put back on the queue, but "
+                                   f"recording that failed ({err}): a redrive run again redrives them again",
+                                   retriable=err.retriable, code=err.code) from err
         return len(found)
     finally:
-        consumer.close()
+        replay.close()

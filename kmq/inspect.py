@@ -17,7 +17,7 @@ from kmq.config import Config
 from kmq.errors import KmqError, MarkerDecodeError
 from kmq.marker_batch import decode_record
 from kmq.markers import EndReason, Marker, MarkerType
-from kmq.stats import TopicReplay
+from kmq.topic_replay import TopicReplay
 from kmq.wire import MessageId
 
 

@@ -9,98 +9,21 @@ progress is an error, never a silently partial answer.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka import Message as KafkaMessage
+from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq.config import Config
-from kmq.errors import KafkaClientError, MarkerDecodeError
+from kmq.errors import MarkerDecodeError
 from kmq.lifecycle import LifecycleFold
 from kmq.marker_batch import decode_record
+from kmq.topic_replay import Progress, TopicReplay
 from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
-
-#: A replay with no record for this long, before its end offsets, fails.
-STALL_S = 30.0
-#: (records read, records to read) while a replay runs, about once a second.
-Progress = Callable[[str, int, int], None]
-
-
-class TopicReplay:
-    """Reads every partition of ``topic`` from its earliest kept record; each ``records()`` call goes on from where
-    the last one stopped, up to the end offsets seen when it starts."""
-
-    def __init__(self, config: Config, topic: str, progress: Progress | None = None) -> None:
-        self._config = config
-        self._topic = topic
-        self._progress = progress
-        self._consumer = KafkaConsumer(_kafka.consumer_settings(config.replace(client_id=""),
-                                                                f"kmq-stats-{uuid.uuid4().hex}", "kmq-stats"))
-        self._next: dict[int, int] = {}
-        try:
-            partitions = self._partitions()
-        except BaseException:
-            self._consumer.close()
-            raise
-        # Offset 0 may be gone to retention: OFFSET_BEGINNING (-2) starts at the earliest kept record.
-        self._consumer.assign([TopicPartition(topic, p, -2) for p in partitions])
-
-    def _partitions(self) -> list[int]:
-        role = "markers" if self._topic == self._config.marker_topic else "message"
-        return _kafka.topic_partitions(self._consumer, self._config, self._topic, role)
-
-    def _left(self) -> dict[int, tuple[int, int]]:
-        """Partition → (next offset to read, end offset now) for each partition with records left."""
-        timeout_s = self._config.connect_timeout_ms / 1000
-        left = {}
-        for tp in self._consumer.assignment():
-            low, high = _kafka.watermarks(self._consumer, tp, timeout_s, f"end offsets of {self._topic!r}")
-            start = max(low, self._next.get(tp.partition, low))
-            if high > start:
-                left[tp.partition] = (start, high)
-        return left
-
-    def records(self) -> Iterator[KafkaMessage]:
-        """Every record up to the end offsets; raises KafkaClientError if reading stalls for STALL_S."""
-        left = self._left()
-        ends = {p: end for p, (_, end) in left.items()}
-        total = sum(end - start for start, end in left.values())
-        done, last_record, last_report = 0, time.monotonic(), time.monotonic()
-        while ends:
-            batch = self._consumer.consume(1000, 0.2)
-            now = time.monotonic()
-            if batch:
-                last_record = now
-            elif now - last_record > STALL_S:
-                raise KafkaClientError(f"reading {self._topic!r} stalled: {done:,} of {total:,} records read, "
-                                       f"nothing for {STALL_S:.0f}s")
-            for record in batch:
-                if record.error() is not None:
-                    continue
-                partition, offset = record.partition() or 0, record.offset() or 0
-                self._next[partition] = offset + 1
-                end = ends.get(partition)
-                if end is None or offset >= end:
-                    continue  # past this call's end: read again next call (the position is kept)
-                done += 1
-                if offset + 1 >= end:
-                    del ends[partition]
-                yield record
-            if self._progress is not None and now - last_report >= 1.0:
-                last_report = now
-                self._progress(self._topic, done, total)
-
-    def close(self) -> None:
-        self._consumer.close()
-
 
 class MarkerScanner:
     """The markers topic folded into per-queue lifecycles; ``read_to_end()`` catches up with what was written

@@ -12,7 +12,7 @@ from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
-from kmq import Service
+from kmq import Config, Service
 from kmq.dlq import list_dead_letters, redrive
 from kmq.markers import Marker, MarkerType, encode
 from kmq.wire import TRACKER_GROUP, MessageId
@@ -102,6 +102,28 @@ def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFact
         assert consumer.receive(5.0) is None
     letters = list_dead_letters(config, "rej")
     assert [(d.payload, d.reason) for d in letters] == [(b"nope", "schema mismatch")]
+
+
+def test_on_a_broker_with_kafkas_default_group_join_delay_dead_letters_are_listed_and_redriven() -> None:
+    """Kafka's default group.initial.rebalance.delay.ms (3 s) holds a new group's first join; the session's broker
+    sets it to 0. Listing and redrive must never take "not assigned yet" for "no dead letters"."""
+    from kmq.testing.broker import LocalKafka
+
+    with LocalKafka(overrides={"group.initial.rebalance.delay.ms": "3000"}) as broker:
+        config = Config(bootstrap_servers=broker.bootstrap_servers, message_topic="slow-join.messages",
+                        marker_topic="slow-join.markers")
+        service = Service(config)
+        service.create_topics(partitions=2, marker_partitions=1)
+        queue = service.queue("rej")
+        with queue.producer() as producer:
+            for i in range(3):
+                producer.send(b"bad-%d" % i)
+        with queue.consumer() as consumer:
+            for msg in receive_n(consumer, 3):
+                msg.reject("schema mismatch")
+        assert sorted(d.payload for d in list_dead_letters(config, "rej")) == [b"bad-0", b"bad-1", b"bad-2"]
+        assert redrive(config, "rej") == 3
+        assert redrive(config, "rej") == 0
 
 
 def test_a_restarted_tracker_redelivers_overdue_messages_once_and_not_yet_due_ones_not_early(

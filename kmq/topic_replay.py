@@ -1,0 +1,125 @@
+"""TopicReplay: every record of a topic up to the end offsets seen when reading starts, never cut short.
+
+Partitions are assigned, never subscribed: a group join can take seconds (a broker's
+``group.initial.rebalance.delay.ms``, 3 s by default), and a reader that stops after some idle time would take
+"not assigned yet" for "nothing there". Reading ends at the end offsets instead, and a replay that stops making
+progress is an error. Used by ``kmq stats``, ``kmq inspect`` and the dead-letter tools.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from kmq import _kafka
+from kmq.config import Config
+from kmq.errors import KafkaClientError
+
+#: A replay with no record for this long, before its end offsets, fails.
+STALL_S = 30.0
+#: (records read, records to read) while a replay runs, about once a second.
+Progress = Callable[[str, int, int], None]
+#: librdkafka's logical offset for "the earliest kept record" (offset 0 may be gone to retention).
+OFFSET_BEGINNING = -2
+
+
+class TopicReplay:
+    """Reads every partition of ``topic`` from its earliest kept record, or, with ``group``, from that group's
+    committed offsets (``commit`` moves them on). Each ``records()`` call goes on from where the last one stopped,
+    up to the end offsets seen when it starts."""
+
+    def __init__(self, config: Config, topic: str, progress: Progress | None = None, *,
+                 group: str | None = None) -> None:
+        self._config = config
+        self._topic = topic
+        self._progress = progress
+        self._group = group
+        self._consumer = KafkaConsumer(_kafka.consumer_settings(
+            config.replace(client_id=""), group or f"kmq-replay-{uuid.uuid4().hex}", "kmq-replay"))
+        self._next: dict[int, int] = {}
+        try:
+            self._consumer.assign(self._starts(self._partitions()))
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def _partitions(self) -> list[int]:
+        role = {self._config.marker_topic: "markers", self._config.dlq_topic: "dead-letter"}.get(self._topic,
+                                                                                                 "message")
+        return _kafka.topic_partitions(self._consumer, self._config, self._topic, role)
+
+    def _starts(self, partitions: list[int]) -> list[TopicPartition]:
+        starts = [TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in partitions]
+        if self._group is None:
+            return starts
+        try:
+            committed = self._consumer.committed(starts, timeout=self._config.connect_timeout_ms / 1000)
+        except KafkaException as exc:
+            raise _kafka.to_kmq_error(exc, f"committed offsets of group {self._group!r}") from exc
+        for tp in committed:
+            if tp.offset >= 0:
+                self._next[tp.partition] = tp.offset
+        return [TopicPartition(self._topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                for tp in committed]
+
+    def _left(self) -> dict[int, tuple[int, int]]:
+        """Partition → (next offset to read, end offset now) for each partition with records left."""
+        timeout_s = self._config.connect_timeout_ms / 1000
+        left = {}
+        for tp in self._consumer.assignment():
+            low, high = _kafka.watermarks(self._consumer, tp, timeout_s, f"end offsets of {self._topic!r}")
+            start = max(low, self._next.get(tp.partition, low))
+            if high > start:
+                left[tp.partition] = (start, high)
+        return left
+
+    def records(self) -> Iterator[KafkaMessage]:
+        """Every record up to the end offsets; raises KafkaClientError if reading stalls for STALL_S."""
+        left = self._left()
+        ends = {p: end for p, (_, end) in left.items()}
+        total = sum(end - start for start, end in left.values())
+        done, last_record, last_report = 0, time.monotonic(), time.monotonic()
+        while ends:
+            batch = self._consumer.consume(1000, 0.2)
+            now = time.monotonic()
+            if batch:
+                last_record = now
+            elif now - last_record > STALL_S:
+                raise KafkaClientError(f"reading {self._topic!r} stalled: {done:,} of {total:,} records read, "
+                                       f"nothing for {STALL_S:.0f}s")
+            for record in batch:
+                if record.error() is not None:
+                    continue
+                partition, offset = record.partition() or 0, record.offset() or 0
+                self._next[partition] = offset + 1
+                end = ends.get(partition)
+                if end is None or offset >= end:
+                    continue  # past this call's end: read again next call (the position is kept)
+                done += 1
+                if offset + 1 >= end:
+                    del ends[partition]
+                yield record
+            if self._progress is not None and now - last_report >= 1.0:
+                last_report = now
+                self._progress(self._topic, done, total)
+
+    def commit(self, positions: list[TopicPartition]) -> None:
+        """Records in the replay's group that reading is done up to ``positions`` (next offsets to read)."""
+        if self._group is None:
+            raise ValueError("commit needs a TopicReplay made with a group")
+        what = f"commit in group {self._group!r}"
+        try:
+            results = self._consumer.commit(offsets=positions, asynchronous=False) or []
+        except KafkaException as exc:
+            raise _kafka.to_kmq_error(exc, what) from exc
+        errors = [tp.error for tp in results if tp.error is not None]
+        if errors:
+            raise _kafka.client_error(errors[0], what)
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -41,9 +41,10 @@ class TopicReplay:
         self._group = group
         self._consumer = KafkaConsumer(_kafka.consumer_settings(
             config.replace(client_id=""), group or f"kmq-replay-{uuid.uuid4().hex}", "kmq-replay"))
+        #: Partition → next offset to read (OFFSET_BEGINNING until a record of it was read).
         self._next: dict[int, int] = {}
         try:
-            self._consumer.assign(self._starts(self._partitions()))
+            self._next = self._starts(self._partitions())
         except BaseException:
             self._consumer.close()
             raise
@@ -53,34 +54,35 @@ class TopicReplay:
                                                                                                  "message")
         return _kafka.topic_partitions(self._consumer, self._config, self._topic, role)
 
-    def _starts(self, partitions: list[int]) -> list[TopicPartition]:
-        starts = [TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in partitions]
+    def _starts(self, partitions: list[int]) -> dict[int, int]:
+        starts = dict.fromkeys(partitions, OFFSET_BEGINNING)
         if self._group is None:
             return starts
         try:
-            committed = self._consumer.committed(starts, timeout=self._config.connect_timeout_ms / 1000)
+            committed = self._consumer.committed([TopicPartition(self._topic, p) for p in partitions],
+                                                 timeout=self._config.connect_timeout_ms / 1000)
         except KafkaException as exc:
             raise _kafka.to_kmq_error(exc, f"committed offsets of group {self._group!r}") from exc
-        for tp in committed:
-            if tp.offset >= 0:
-                self._next[tp.partition] = tp.offset
-        return [TopicPartition(self._topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
-                for tp in committed]
+        starts.update({tp.partition: tp.offset for tp in committed if tp.offset >= 0})
+        return starts
 
     def _left(self) -> dict[int, tuple[int, int]]:
         """Partition → (next offset to read, end offset now) for each partition with records left."""
         timeout_s = self._config.connect_timeout_ms / 1000
         left = {}
-        for tp in self._consumer.assignment():
-            low, high = _kafka.watermarks(self._consumer, tp, timeout_s, f"end offsets of {self._topic!r}")
-            start = max(low, self._next.get(tp.partition, low))
+        for p, next_offset in self._next.items():
+            low, high = _kafka.watermarks(self._consumer, TopicPartition(self._topic, p), timeout_s,
+                                          f"end offsets of {self._topic!r}")
+            start = max(low, next_offset)
             if high > start:
-                left[tp.partition] = (start, high)
+                left[p] = (start, high)
         return left
 
     def records(self) -> Iterator[KafkaMessage]:
         """Every record up to the end offsets; raises KafkaClientError if reading stalls for STALL_S."""
         left = self._left()
+        # Assigned afresh at each call: records fetched past the last call's end offsets were not yielded then.
+        self._consumer.assign([TopicPartition(self._topic, p, start) for p, (start, _) in left.items()])
         ends = {p: end for p, (_, end) in left.items()}
         total = sum(end - start for start, end in left.values())
         done, last_record, last_report = 0, time.monotonic(), time.monotonic()
@@ -89,6 +91,8 @@ class TopicReplay:
             now = time.monotonic()
             if batch:
                 last_record = now
+            elif self._past_ends(ends):
+                break
             elif now - last_record > STALL_S:
                 raise KafkaClientError(f"reading {self._topic!r} stalled: {done:,} of {total:,} records read, "
                                        f"nothing for {STALL_S:.0f}s")
@@ -96,10 +100,10 @@ class TopicReplay:
                 if record.error() is not None:
                     continue
                 partition, offset = record.partition() or 0, record.offset() or 0
-                self._next[partition] = offset + 1
                 end = ends.get(partition)
                 if end is None or offset >= end:
-                    continue  # past this call's end: read again next call (the position is kept)
+                    continue  # past this call's end: the next call reads it again
+                self._next[partition] = offset + 1
                 done += 1
                 if offset + 1 >= end:
                     del ends[partition]
@@ -107,6 +111,16 @@ class TopicReplay:
             if self._progress is not None and now - last_report >= 1.0:
                 last_report = now
                 self._progress(self._topic, done, total)
+
+    def _past_ends(self, ends: dict[int, int]) -> bool:
+        """Whether the position passed each end offset with no record left before it: offsets can have gaps (a
+        transaction's commit marker, compaction), so the last record before an end offset may not be at end - 1."""
+        positions = self._consumer.position([TopicPartition(self._topic, p) for p in ends])
+        for tp in positions:
+            if tp.offset >= ends[tp.partition]:
+                self._next[tp.partition] = tp.offset
+                del ends[tp.partition]
+        return not ends
 
     def commit(self, positions: list[TopicPartition]) -> None:
         """Records in the replay's group that reading is done up to ``positions`` (next offsets to read)."""

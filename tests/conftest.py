@@ -114,6 +114,7 @@ def marker_format(request: pytest.FixtureRequest) -> str:
 def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[ConfigFactory]:
     """Makes a kmq Config on fresh, uniquely named messages/markers/dead-letter topics (deleted afterwards)."""
     from kmq.config import Config
+    from kmq.control import control_topic
     from kmq.topics import create_topics
 
     made: list[Config] = []
@@ -127,7 +128,7 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
         return config
 
     yield make
-    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic)]
+    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c))]
     if topics:
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             try:

@@ -1,0 +1,54 @@
+"""TopicReplay against a real broker: reading again goes on exactly where the last read stopped."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer as RawProducer
+
+from kmq import _kafka
+from kmq.topic_replay import TopicReplay
+from tests.conftest import ConfigFactory
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_records_fetched_past_one_reads_end_are_yielded_by_the_next_read(
+    kmq_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = kmq_config(partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    for i in range(10):
+        raw.produce(config.message_topic, b"r%d" % i, b"q")
+    assert raw.flush(10) == 0
+    real = _kafka.watermarks
+    # The first read's end offset is 5 while 10 records are there: its fetches bring records past its end.
+    monkeypatch.setattr(_kafka, "watermarks", lambda *args, **kw: (real(*args, **kw)[0], 5))
+    replay = TopicReplay(config, config.message_topic)
+    try:
+        first = [r.value() for r in replay.records()]
+        monkeypatch.setattr(_kafka, "watermarks", real)
+        second = [r.value() for r in replay.records()]
+        third = [r.value() for r in replay.records()]
+    finally:
+        replay.close()
+    assert first == [b"r%d" % i for i in range(5)]
+    assert second == [b"r%d" % i for i in range(5, 10)]
+    assert third == []
+
+
+def test_a_read_ends_at_the_end_offset_when_a_transaction_marker_is_the_last_offset(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers, "transactional.id": config.message_topic})
+    raw.init_transactions(10)
+    raw.begin_transaction()
+    for i in range(3):
+        raw.produce(config.message_topic, b"t%d" % i, b"q")
+    raw.commit_transaction(10)  # its commit marker takes offset 3: the end offset is 4, the last record is at 2
+    replay = TopicReplay(config, config.message_topic)
+    try:
+        assert [r.value() for r in replay.records()] == [b"t0", b"t1", b"t2"]
+        assert list(replay.records()) == []
+    finally:
+        replay.close()

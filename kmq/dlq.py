@@ -58,40 +58,48 @@ def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
 
 def list_dead_letters(config: Config, queue: str, limit: int | None = 100) -> list[DeadLetter]:
     """The queue's dead letters (oldest first, up to ``limit``), without consuming them."""
-    replay = TopicReplay(config, config.dlq_topic)
-    try:
+    with TopicReplay(config, config.dlq_topic) as replay:
         return [letter for letter, _ in _read(replay, queue, limit)]
-    finally:
-        replay.close()
 
 
 def redrive(config: Config, queue: str, limit: int | None = None) -> int:
     """Moves the queue's dead letters not redriven before back onto the queue; returns how many were redriven."""
-    replay = TopicReplay(config, config.dlq_topic, group=f"kmq-dlq-redrive-{queue}")
-    try:
+    with TopicReplay(config, config.dlq_topic, group=f"kmq-dlq-redrive-{queue}") as replay:
         found = _read(replay, queue, limit)
-        if not found:
-            return 0
-        producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive")
+        if found:
+            _put_back(config, queue, [letter for letter, _ in found])
+        # Commit only once every copy is durable: a crash in between redrives twice, never loses one. A read not
+        # stopped by the limit saw everything up to the end: the next redrive starts there, not at the last letter.
+        positions = replay.positions() if limit is None or len(found) < limit else _after(found)
+        try:
+            replay.commit(positions)
+        except KafkaClientError as err:
+            if not found:
+                return 0  # nothing was redriven; the next redrive only reads a little more
+            raise KafkaClientError(f"{len(found)} dead letter(s) of {queue!r} were put back on the queue, but "
+                                   f"recording that failed ({err}): a redrive run again redrives them again",
+                                   retriable=err.retriable, code=err.code) from err
+        return len(found)
+
+
+def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
+    producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive")
+    try:
         futures = []
-        for letter, _ in found:
+        for letter in letters:
             headers = list(letter.headers.items())
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
             futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers))
         for future in futures:
             future.result(config.connect_timeout_ms / 1000 + 20)
-        producer.close()
-        # Commit only after every copy is durable: a crash in between redrives twice, never loses one.
-        last: dict[int, TopicPartition] = {}
-        for _, tp in found:
-            last[tp.partition] = tp
-        try:
-            replay.commit(list(last.values()))
-        except KafkaClientError as err:
-            raise KafkaClientError(f"{len(found)} dead letter(s) of {queue!r} were put back on the queue, but "
-                                   f"recording that failed ({err}): a redrive run again redrives them again",
-                                   retriable=err.retriable, code=err.code) from err
-        return len(found)
     finally:
-        replay.close()
+        producer.close()
+
+
+def _after(found: Found) -> list[TopicPartition]:
+    """Per partition, the offset after the last letter found."""
+    last: dict[int, TopicPartition] = {}
+    for _, tp in found:
+        last[tp.partition] = tp
+    return list(last.values())

@@ -122,10 +122,16 @@ class TopicReplay:
                 del ends[tp.partition]
         return not ends
 
+    def positions(self) -> list[TopicPartition]:
+        """Where reading stopped: per partition read from, the next offset to read."""
+        return [TopicPartition(self._topic, p, offset) for p, offset in self._next.items() if offset >= 0]
+
     def commit(self, positions: list[TopicPartition]) -> None:
         """Records in the replay's group that reading is done up to ``positions`` (next offsets to read)."""
         if self._group is None:
             raise ValueError("commit needs a TopicReplay made with a group")
+        if not positions:
+            return
         what = f"commit in group {self._group!r}"
         try:
             results = self._consumer.commit(offsets=positions, asynchronous=False) or []
@@ -137,3 +143,9 @@ class TopicReplay:
 
     def close(self) -> None:
         self._consumer.close()
+
+    def __enter__(self) -> TopicReplay:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from kmq import Config, Service
 from kmq.dlq import list_dead_letters, redrive
 from kmq.markers import Marker, MarkerType, encode
+from kmq.topic_replay import TopicReplay
 from kmq.wire import TRACKER_GROUP, MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_process, tracker_thread
@@ -124,6 +125,10 @@ def test_on_a_broker_with_kafkas_default_group_join_delay_dead_letters_are_liste
         assert sorted(d.payload for d in list_dead_letters(config, "rej")) == [b"bad-0", b"bad-1", b"bad-2"]
         assert redrive(config, "rej") == 3
         assert redrive(config, "rej") == 0
+        # A queue with no dead letters reads the topic once: its next redrive starts at the end.
+        assert redrive(config, "other") == 0
+        with TopicReplay(config, config.dlq_topic, group="kmq-dlq-redrive-other") as replay:
+            assert list(replay.records()) == []
 
 
 def test_a_restarted_tracker_redelivers_overdue_messages_once_and_not_yet_due_ones_not_early(

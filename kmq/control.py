@@ -22,6 +22,7 @@ from confluent_kafka import TopicPartition
 from kmq import _kafka
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
+from kmq.topic_replay import drop_reached
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -109,11 +110,14 @@ class ControlFollower:
                 ends[p] = high
         deadline = time.monotonic() + timeout_s + 20
         while ends and time.monotonic() < deadline:
-            for record in self._consumer.consume(500, 0.2):
+            batch = self._consumer.consume(500, 0.2)
+            for record in batch:
                 if record.error() is None:
                     self._apply(record)
                     if (record.offset() or 0) + 1 >= ends.get(record.partition() or 0, 0):
                         ends.pop(record.partition() or 0, None)
+            if not batch:
+                drop_reached(self._consumer, self._topic, ends)
         if ends:
             raise KafkaClientError(f"could not read control topic {self._topic!r} within {timeout_s + 20:.0f}s")
 

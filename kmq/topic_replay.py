@@ -28,6 +28,19 @@ Progress = Callable[[str, int, int], None]
 OFFSET_BEGINNING = -2
 
 
+def drop_reached(consumer: KafkaConsumer, topic: str, ends: dict[int, int]) -> dict[int, int]:
+    """Removes from ``ends`` (partition → end offset) the partitions whose position reached their end offset, and
+    returns those positions. Offsets can have gaps (a transaction's commit marker; a record removed by compaction,
+    a tombstone past its retention), so the last record before an end offset need not be at end - 1: a reader
+    that waits for that record waits for ever."""
+    reached = {}
+    for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+        if tp.offset >= ends[tp.partition]:
+            reached[tp.partition] = tp.offset
+            del ends[tp.partition]
+    return reached
+
+
 class TopicReplay:
     """Reads every partition of ``topic`` from its earliest kept record, or, with ``group``, from that group's
     committed offsets (``commit`` moves them on). Each ``records()`` call goes on from where the last one stopped,
@@ -113,13 +126,8 @@ class TopicReplay:
                 self._progress(self._topic, done, total)
 
     def _past_ends(self, ends: dict[int, int]) -> bool:
-        """Whether the position passed each end offset with no record left before it: offsets can have gaps (a
-        transaction's commit marker, compaction), so the last record before an end offset may not be at end - 1."""
-        positions = self._consumer.position([TopicPartition(self._topic, p) for p in ends])
-        for tp in positions:
-            if tp.offset >= ends[tp.partition]:
-                self._next[tp.partition] = tp.offset
-                del ends[tp.partition]
+        for partition, position in drop_reached(self._consumer, self._topic, ends).items():
+            self._next[partition] = position
         return not ends
 
     def positions(self) -> list[TopicPartition]:

@@ -255,3 +255,22 @@ def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) 
         got[0].ack()
         assert consumer.flush(10) == 0
     assert collect(config, ["gone"])[0].purged == 3
+
+
+def test_a_control_topic_whose_last_offset_holds_no_record_is_read_to_its_end(kmq_config: ConfigFactory) -> None:
+    """A transaction's commit marker (or a tombstone compacted away) leaves the end offset's predecessor empty."""
+    from confluent_kafka import Producer as RawProducer
+
+    from kmq.control import PAUSE, ControlFollower, control_topic
+
+    config = kmq_config()
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers, "transactional.id": control_topic(config)})
+    raw.init_transactions(10)
+    raw.begin_transaction()
+    raw.produce(control_topic(config), json.dumps({"until_ms": None}).encode(), (PAUSE + "q").encode())
+    raw.commit_transaction(10)
+    follower = ControlFollower(config).start()
+    try:
+        assert follower.state.paused("q", int(time.time() * 1000))
+    finally:
+        follower.close()

@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from kmq.marker_batch import decode_record
 from kmq.markers import Marker
@@ -14,10 +14,12 @@ from kmq.markers import Marker
 
 def read_topic(bootstrap: str, topic: str, *, until: Callable[[list[Message]], bool] | None = None,
                timeout_s: float = 20.0, idle_s: float = 2.0) -> list[Message]:
-    """Every record of ``topic`` from the start; stops when ``until`` holds or after ``idle_s`` of silence."""
+    """Every record of ``topic`` from the start; stops when ``until`` holds or after ``idle_s`` of silence.
+    Partitions are assigned, not subscribed: a broker's group join delay would pass for silence."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     records: list[Message] = []
     deadline = time.monotonic() + timeout_s
     last = time.monotonic()

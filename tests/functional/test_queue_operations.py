@@ -24,6 +24,7 @@ def test_delayed_messages_reach_no_handler_before_their_time_and_keep_their_deli
     config = kmq_config(marker_format=marker_format)
     queue = Service(config).queue("later")
     with tracker_thread(config), queue.consumer() as consumer, queue.producer() as producer:
+        assert wait_for(lambda: bool(consumer.assignment), timeout_s=30)  # times are measured from a joined group
         sent: dict[bytes, float] = {}
         for payload, delay in ((b"later", 3.0), (b"soon", 0.5), (b"now", None)):
             # 3 s: past the local hold, a hop through the tracker; 0.5 s: held by the consumer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -62,9 +63,31 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
                                    retriable=True) from None
         log.info("topic_ready", topic=topic, created=created)
         created_now[topic] = created
+    _wait_until_served(admin, [t.topic for t in wanted], config, timeout_s)
     actual = check_topics(config, timeout_s=timeout_s, admin=admin)
     return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions)
             for t in wanted]
+
+
+def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, timeout_s: float) -> None:
+    """Waits until the broker's metadata lists every topic with a leader for each partition: a topic's creation
+    is acknowledged by the controller before the brokers serve it, and a client that asks at once (a consumer or
+    tracker started right after `kmq topics create`) would be told it does not exist."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            meta = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
+                                   f"{_kafka.to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+        waiting = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None
+                   or any(p.leader < 0 for p in meta.topics[t].partitions.values())]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaClientError(f"topics {', '.join(map(repr, waiting))} were created but have no leader "
+                                   f"after {timeout_s:.0f}s", retriable=True)
+        time.sleep(0.1)
 
 
 def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None) -> dict[str, int]:

@@ -55,7 +55,11 @@ def test_messages_started_but_not_handed_out_during_a_slow_commit_are_kept_alive
     markers = read_markers(config.bootstrap_servers, config.marker_topic,
                            until=lambda ms: sum(m.type is MarkerType.END for m in ms) >= 20)
     assert not [m for m in markers if m.end_reason is EndReason.REDELIVERED]
-    assert sum(m.type is MarkerType.KEEPALIVE for m in markers) >= 20
+    # The messages of the first fetch were Started before the slow commit: each was kept alive through it (how many
+    # the first fetch brings varies, 2 to 20 here).
+    kinds = [m.type for m in markers]
+    before_slow_commit = {m.message_id for m in markers[:kinds.index(MarkerType.KEEPALIVE)]}
+    assert before_slow_commit <= {m.message_id for m in markers if m.type is MarkerType.KEEPALIVE}
     assert len(read_topic(config.bootstrap_servers, config.message_topic, idle_s=1)) == 20
 
 

@@ -1,11 +1,14 @@
-"""One-shot offset queries at the Kafka edge: a partition whose leader is not serving yet is waited for, not fatal."""
+"""Just-created topics at the Kafka edge: a partition whose leader is not serving yet is waited for, not fatal."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kmq import _kafka
+from kmq import _kafka, topics
+from kmq.config import Config
 from kmq.errors import KafkaClientError
 
 TP = TopicPartition("q.control", 0)
@@ -45,3 +48,32 @@ def test_a_leader_that_never_comes_is_an_error_once_the_timeout_is_spent() -> No
     with pytest.raises(KafkaClientError, match="NOT_LEADER_FOR_PARTITION"):
         _kafka.watermarks(consumer, TP, 0.0, "end offsets", sleep=lambda _s: None)  # type: ignore[arg-type]
     assert consumer.calls == 1
+
+
+class MetadataSequence:
+    """An admin client whose metadata answers lag behind a topic's creation by ``lag`` calls."""
+
+    def __init__(self, lag: int, leaderless: int = 0) -> None:
+        self.lag, self.leaderless, self.calls = lag, leaderless, 0
+
+    def list_topics(self, timeout: float) -> SimpleNamespace:
+        self.calls += 1
+        if self.calls <= self.lag:
+            return SimpleNamespace(topics={})
+        leader = -1 if self.calls <= self.lag + self.leaderless else 1
+        partitions = {0: SimpleNamespace(leader=leader)}
+        return SimpleNamespace(topics={"q.messages": SimpleNamespace(error=None, partitions=partitions)})
+
+
+def test_created_topics_are_waited_for_until_the_broker_serves_them() -> None:
+    admin = MetadataSequence(lag=2, leaderless=1)
+    config = Config(bootstrap_servers="127.0.0.1:9")
+    topics._wait_until_served(admin, ["q.messages"], config, timeout_s=10)  # type: ignore[arg-type]
+    assert admin.calls == 4
+
+
+def test_a_created_topic_that_never_gets_a_leader_is_an_error_naming_it() -> None:
+    admin = MetadataSequence(lag=0, leaderless=10**6)
+    config = Config(bootstrap_servers="127.0.0.1:9")
+    with pytest.raises(KafkaClientError, match=r"'q\.messages' were created but have no leader"):
+        topics._wait_until_served(admin, ["q.messages"], config, timeout_s=0.3)  # type: ignore[arg-type]

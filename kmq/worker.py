@@ -213,12 +213,12 @@ class Worker:
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner) -> None:
         queue = msg.queue
         limit = msg.time_limit or self.time_limit_s
-        self.metrics.in_flight.labels(queue).inc()
+        self.metrics.in_progress.labels(queue).inc()
         started = time.perf_counter()
         try:
             outcome = runner.run(msg, limit)
         finally:
-            self.metrics.in_flight.labels(queue).dec()
+            self.metrics.in_progress.labels(queue).dec()
             self.metrics.duration.labels(queue).observe(time.perf_counter() - started)
             self.metrics.processed.labels(queue).inc()
         self._settle_outcome(msg, outcome, limit)

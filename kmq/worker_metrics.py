@@ -25,7 +25,7 @@ class WorkerMetrics:
                                     registry=r)
         self.time_limits = Counter("kmq_worker_time_limit_exceeded", "Handler runs stopped by their time limit",
                                    ["queue"], registry=r)
-        self.in_flight = Gauge("kmq_worker_messages_inprogress", "Messages a handler is running on now",
+        self.in_progress = Gauge("kmq_worker_messages_inprogress", "Messages a handler is running on now",
                                  ["queue"], registry=r)
         self.in_flight = Gauge("kmq_worker_in_flight", "Messages read and not settled (buffered or running)",
                                ["queue"], registry=r)

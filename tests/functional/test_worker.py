@@ -114,6 +114,7 @@ def test_a_handler_past_its_time_limit_is_stopped_released_and_finally_dead_lett
                  'kmq_worker_time_limit_exceeded_total{queue="hung"} 2.0',
                  'kmq_worker_message_retries_total{queue="hung"} 1.0',
                  'kmq_dead_letters_total{queue="hung"} 1.0',
+                 'kmq_worker_messages_inprogress{queue="hung"} 0.0',
                  'kmq_worker_message_duration_seconds_count{queue="hung"} 3.0'):
         assert line in metrics, line
     spins = [r for r in workers.runs() if r["payload"] == "spin"]

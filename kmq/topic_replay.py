@@ -12,8 +12,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
 from kmq import _kafka
@@ -24,8 +24,6 @@ from kmq.errors import KafkaClientError
 STALL_S = 30.0
 #: (records read, records to read) while a replay runs, about once a second.
 Progress = Callable[[str, int, int], None]
-#: librdkafka's logical offset for "the earliest kept record" (offset 0 may be gone to retention).
-OFFSET_BEGINNING = -2
 
 
 def drop_reached(consumer: KafkaConsumer, topic: str, ends: dict[int, int]) -> dict[int, int]:
@@ -54,7 +52,8 @@ class TopicReplay:
         self._group = group
         self._consumer = KafkaConsumer(_kafka.consumer_settings(
             config.replace(client_id=""), group or f"kmq-replay-{uuid.uuid4().hex}", "kmq-replay"))
-        #: Partition → next offset to read (OFFSET_BEGINNING until a record of it was read).
+        #: Partition → next offset to read; OFFSET_BEGINNING (the earliest kept record: offset 0 may be gone to
+        #: retention) until a record of it was read.
         self._next: dict[int, int] = {}
         try:
             self._next = self._starts(self._partitions())

@@ -15,8 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import Producer as RawProducer
+from confluent_kafka import TopicPartition
+
 from kmq import Config, Consumer, Message
 from redelivery.tracker import RedeliveryTracker
+from tests.markers_io import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 # Small enough that a killed member leaves the group within seconds (the broker's minimum is 6 s).
@@ -44,6 +49,25 @@ def receive_n(consumer: Consumer, count: int, timeout_s: float = 30.0) -> list[M
         if msg is not None:
             got.append(msg)
     return got
+
+
+def write_transaction(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    """Writes ``(key, value)`` records to partition 0 of ``topic`` in one committed transaction, and returns once a
+    read_committed reader sees them: ``commit_transaction`` returns when the coordinator has logged the commit, the
+    partition's commit marker follows a moment later, and until then its last stable offset (the end offset such a
+    reader is told) stays before the records."""
+    producer = RawProducer({"bootstrap.servers": bootstrap, "transactional.id": topic})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for key, value in records:
+        producer.produce(topic, value, key, partition=0)
+    producer.commit_transaction(10)
+    reader = RawConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed"})
+    try:
+        assert wait_for(lambda: reader.get_watermark_offsets(TopicPartition(topic, 0), 10)[1] > len(records)), \
+            f"the commit marker of the transaction on {topic!r} was not written within 20 s"
+    finally:
+        reader.close()
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from kmq import KmqError, Service
 from kmq.dlq import list_dead_letters
 from kmq.stats import collect
 from tests.conftest import ConfigFactory
-from tests.helpers import receive_n, tracker_thread
+from tests.helpers import receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -260,16 +260,11 @@ def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) 
 
 def test_a_control_topic_whose_last_offset_holds_no_record_is_read_to_its_end(kmq_config: ConfigFactory) -> None:
     """A transaction's commit marker (or a tombstone compacted away) leaves the end offset's predecessor empty."""
-    from confluent_kafka import Producer as RawProducer
-
     from kmq.control import PAUSE, ControlFollower, control_topic
 
     config = kmq_config()
-    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers, "transactional.id": control_topic(config)})
-    raw.init_transactions(10)
-    raw.begin_transaction()
-    raw.produce(control_topic(config), json.dumps({"until_ms": None}).encode(), (PAUSE + "q").encode())
-    raw.commit_transaction(10)
+    write_transaction(config.bootstrap_servers, control_topic(config),
+                      [((PAUSE + "q").encode(), json.dumps({"until_ms": None}).encode())])
     follower = ControlFollower(config).start()
     try:
         assert follower.state.paused("q", int(time.time() * 1000))

@@ -8,6 +8,7 @@ from confluent_kafka import Producer as RawProducer
 from kmq import _kafka
 from kmq.topic_replay import TopicReplay
 from tests.conftest import ConfigFactory
+from tests.helpers import write_transaction
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,12 +41,8 @@ def test_a_read_ends_at_the_end_offset_when_a_transaction_marker_is_the_last_off
     kmq_config: ConfigFactory,
 ) -> None:
     config = kmq_config(partitions=1)
-    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers, "transactional.id": config.message_topic})
-    raw.init_transactions(10)
-    raw.begin_transaction()
-    for i in range(3):
-        raw.produce(config.message_topic, b"t%d" % i, b"q")
-    raw.commit_transaction(10)  # its commit marker takes offset 3: the end offset is 4, the last record is at 2
+    # Its commit marker takes offset 3: the end offset is 4, the last record is at 2.
+    write_transaction(config.bootstrap_servers, config.message_topic, [(b"q", b"t%d" % i) for i in range(3)])
     replay = TopicReplay(config, config.message_topic)
     try:
         assert [r.value() for r in replay.records()] == [b"t0", b"t1", b"t2"]

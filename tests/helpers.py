@@ -70,6 +70,13 @@ def write_transaction(bootstrap: str, topic: str, records: list[tuple[bytes, byt
         reader.close()
 
 
+def receive_expecting(consumer: Consumer, count: int, timeout_s: float = 30.0, linger_s: float = 2.0) -> list[Message]:
+    """Receives until ``count`` messages came (however long the group join takes, up to ``timeout_s``), then for
+    ``linger_s`` more: what the caller checks must not come has that long to show up."""
+    got = receive_n(consumer, count, timeout_s)
+    return got + receive_n(consumer, 1_000_000, linger_s) if len(got) == count else got
+
+
 def free_port() -> int:
     import socket
 

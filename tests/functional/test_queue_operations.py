@@ -12,7 +12,7 @@ from kmq import KmqError, Service
 from kmq.dlq import list_dead_letters
 from kmq.stats import collect
 from tests.conftest import ConfigFactory
-from tests.helpers import receive_n, tracker_thread, write_transaction
+from tests.helpers import receive_expecting, receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,9 +41,11 @@ def test_delayed_messages_reach_no_handler_before_their_time_and_keep_their_deli
                 msg.ack()
         assert consumer.flush(10) == 0
     assert set(arrived) == {b"now", b"soon", b"later"}
-    assert arrived[b"now"][0] < 3.0
-    assert 0.5 <= arrived[b"soon"][0] < 1.5
-    assert 3.0 <= arrived[b"later"][0] < 6.0, arrived
+    # Never early; the upper bounds only tell "when due" from "at the 60 s redelivery timeout", with room for a
+    # loaded machine (the accuracy itself is benched: tests/bench).
+    assert arrived[b"now"][0] < 5.0, arrived
+    assert 0.5 <= arrived[b"soon"][0] < 0.5 + 5, arrived
+    assert 3.0 <= arrived[b"later"][0] < 3.0 + 10, arrived
     assert {count for _, count in arrived.values()} == {1}
 
 
@@ -88,7 +90,7 @@ def test_an_at_most_once_queue_writes_no_markers_never_redelivers_and_hands_unre
                 dropped.release()
         # Then the four never received go to the next consumer, and the dropped one never comes back
         with queue.consumer() as second:
-            rest = receive_n(second, 5, timeout_s=8)  # a bounded wait for a sixth that must not come
+            rest = receive_expecting(second, 4)  # and a bounded wait for a fifth that must not come
         assert sorted(m.payload for m in rest) == sorted({b"%d" % i for i in range(6)} - {acked.payload,
                                                                                            dropped.payload})
     assert read_markers(config.bootstrap_servers, config.marker_topic, timeout_s=2) == []
@@ -104,7 +106,7 @@ def test_expired_messages_reach_no_handler_and_are_dead_lettered_or_dropped_and_
         producer.send(b"stale")           # the queue's default time to live: 1 ms
         producer.send(b"fresh", ttl=600)  # its own
     with queue.consumer() as consumer:
-        got = receive_n(consumer, 2, timeout_s=5)  # a bounded wait for a second that must not come
+        got = receive_expecting(consumer, 1)  # and a bounded wait for a second that must not come
         assert [m.payload for m in got] == [b"fresh"]
         got[0].ack()
         assert consumer.flush(10) == 0
@@ -207,7 +209,7 @@ def test_purge_settles_waiting_in_flight_and_tracker_held_messages_and_spares_la
                 held[0].ack()
             with queue.producer() as producer:
                 producer.send(b"new")
-            rest = receive_n(consumer, 4, timeout_s=8)  # bounded: only the new one may come
+            rest = receive_expecting(consumer, 1)  # only the new one may come
             assert [m.payload for m in rest] == [b"new"]
             rest[0].ack()
             assert consumer.flush(10) == 0
@@ -239,7 +241,8 @@ def test_a_crashed_consumer_restarting_with_its_client_id_gets_its_messages_back
             for m in got:
                 m.ack()
     print(f"fast takeover: {took:.2f} s")
-    assert took < 5.0, f"took {took:.1f} s with a 60 s redelivery timeout"
+    # The target is < 5 s (benched); the bound here only tells takeover from the 60 s timeout on a loaded machine.
+    assert took < 20.0, f"took {took:.1f} s with a 60 s redelivery timeout"
 
 
 def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) -> None:
@@ -251,7 +254,7 @@ def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) 
         queue.purge()
         producer.send(b"new")
     with queue.consumer() as consumer:
-        got = receive_n(consumer, 4, timeout_s=6)  # bounded: only the new one may come
+        got = receive_expecting(consumer, 1)  # only the new one may come
         assert [m.payload for m in got] == [b"new"]
         got[0].ack()
         assert consumer.flush(10) == 0

@@ -38,3 +38,15 @@ class DeadlineClock:
         if elapsed_ms < self.use_now_if_no_marker_seen_ms:
             return self.last_timestamp_ms
         return self.last_timestamp_ms + elapsed_ms
+
+    def ms_until(self, timestamp_ms: int) -> int | None:
+        """Local milliseconds until ``now_ms()`` reaches ``timestamp_ms`` if no marker comes meanwhile (0 if it
+        has), or None before any marker was seen: how long the tracker may sleep before a deadline is due."""
+        if self.last_timestamp_ms == 0:
+            return None
+        if timestamp_ms <= self.last_timestamp_ms:
+            return 0
+        elapsed_ms = int((self.monotonic() - self._seen_at) * 1000)
+        # The clock stands still until use_now has passed, then jumps to the extrapolated time.
+        needed_ms = max(self.use_now_if_no_marker_seen_ms, timestamp_ms - self.last_timestamp_ms)
+        return max(0, needed_ms - elapsed_ms)

@@ -177,6 +177,11 @@ class PartitionState:
                 expired.append(self.in_flight[message_id])
         return expired
 
+    def next_deadline_ms(self) -> int | None:
+        """The earliest deadline waiting, or None; possibly one since moved or ended (which only wakes the tracker
+        early for nothing)."""
+        return self._deadline_heap[0][0] if self._deadline_heap else None
+
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
         heap = self._offset_heap

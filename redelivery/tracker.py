@@ -31,6 +31,7 @@ from kmq.marker_batch import decode_batch, is_batch
 from kmq.markers import decode
 from kmq.metrics_http import BrokerProbe
 from redelivery.clock import DeadlineClock, Monotonic
+from redelivery.copy_log import CopyLog
 from redelivery.metrics import TrackerMetrics
 from redelivery.partition_state import PartitionState
 from redelivery.redeliverer import Attempt, Redeliverer
@@ -38,6 +39,7 @@ from redelivery.redeliverer import Attempt, Redeliverer
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 BATCH = 1000
+#: The longest the loop waits for markers; less when a deadline falls due sooner.
 POLL_S = 0.05
 METRICS_INTERVAL_S = 5.0
 #: How often an assigned partition whose committed offset could not be read is tried again, and how often the
@@ -86,6 +88,7 @@ class RedeliveryTracker:
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = ControlFollower(config).start()
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
+        self._copy_log = CopyLog()
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(config.tracker_group, config.assignment_strategy,
                                                  config.connect_timeout_ms / 1000)
@@ -125,16 +128,28 @@ class RedeliveryTracker:
         return self._stop.is_set()
 
     def _poll_iteration(self) -> None:
-        for record in self._consumer.consume(BATCH, POLL_S):
+        for record in self._consumer.consume(BATCH, self._poll_timeout_s()):
             self._handle(record)
         if self._pending and self._monotonic() - self._last_init_try >= RETRY_INIT_S:
             self._init_pending()
         self._check_caught_up()
         self._fire_expired()
         self._redeliverer.poll(self._partitions.__contains__)
+        self._copy_log.flush()
         if self._commits.due():
             self._commit(list(self._partitions))
         self._maybe_publish_metrics()
+
+    def _poll_timeout_s(self) -> float:
+        """Wakes for the next deadline of a caught-up partition rather than up to POLL_S after it."""
+        timeout_ms = POLL_S * 1000
+        for part in self._partitions.values():
+            due = part.state.next_deadline_ms()
+            if due is not None and part.caught_up:
+                wait_ms = part.clock.ms_until(due + 1)  # fires once "now" is past the deadline
+                if wait_ms is not None and wait_ms < timeout_ms:
+                    timeout_ms = wait_ms
+        return timeout_ms / 1000
 
     def _handle(self, record: KafkaMessage) -> None:
         err = record.error()
@@ -206,9 +221,9 @@ class RedeliveryTracker:
         (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(item.queue).inc()
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
-        log.info("dead_lettered" if attempt.dead_letter else "redelivered", queue=item.queue,
-                 message_id=str(item.message_id), first_message_id=str(item.first_id),
-                 delivery_count=attempt.delivery_count, lag_ms=None if lag_s is None else round(lag_s * 1000))
+        self._copy_log.add("dead_lettered" if attempt.dead_letter else "redelivered", item.queue,
+                           str(item.message_id), str(item.first_id), attempt.delivery_count,
+                           None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:
         part = self._partitions.get(attempt.partition)
@@ -322,6 +337,7 @@ class RedeliveryTracker:
         while (redeliverer.outstanding or redeliverer.copies_awaiting_end) and self._monotonic() < deadline:
             redeliverer.poll(self._partitions.__contains__)
             time.sleep(0.02)
+        self._copy_log.flush()
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._partitions))

@@ -26,7 +26,7 @@ from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, percentiles, write
 from tests.bench.tracker_probe import TrackerProbe
 from tests.helpers import ROOT, env_for
-from tests.markers_io import read_topic
+from tests.markers_io import read_topic, wait_for
 from tests.unit.fakes import FakeStart
 
 QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
@@ -60,8 +60,20 @@ def raw_topic(admin: AdminClient, partitions: int = PARTITIONS) -> str:
 
 
 def tracker(config: Config) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
+    """A tracker process that owns the markers partitions, as one deployed before the workers does: one started
+    after the markers were written reads them late, and its deadline clock starts that far behind (README)."""
+    proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+
+    def assigned() -> bool:
+        group = admin.describe_consumer_groups([config.tracker_group])[config.tracker_group].result(10)
+        return any(m.assignment.topic_partitions for m in group.members)
+
+    if not wait_for(assigned, timeout_s=60):
+        proc.kill()
+        raise TimeoutError(f"the tracker got no markers partition within 60 s (group {config.tracker_group!r})")
+    return proc
 
 
 def preload(config: Config, queue: str, n: int, size: int = 256) -> None:

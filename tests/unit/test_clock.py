@@ -59,3 +59,41 @@ def test_the_clock_never_runs_backwards(steps: list[tuple[int, float]]) -> None:
         now = clock.now_ms()
         assert now is not None and now >= last
         last = now
+
+
+def test_ms_until_counts_down_to_a_time_extrapolated_from_the_last_marker() -> None:
+    mono = FakeMonotonic()
+    clock = DeadlineClock(0, mono)
+    assert clock.ms_until(5_000) is None
+    clock.observe(5_000)
+    assert clock.ms_until(4_000) == 0 and clock.ms_until(5_000) == 0
+    mono.now += 0.25
+    assert clock.ms_until(5_400) == 150
+    mono.now += 1
+    assert clock.ms_until(5_400) == 0
+
+
+def test_ms_until_waits_out_use_now_while_the_clock_stands_still() -> None:
+    mono = FakeMonotonic()
+    clock = DeadlineClock(1000, mono)
+    clock.observe(5_000)
+    mono.now += 0.2
+    assert clock.ms_until(5_001) == 800  # the clock stays at 5,000 until 1 s has passed, then jumps to 6,000
+    assert clock.ms_until(7_000) == 1_800
+
+
+@given(st.integers(0, 10**6), st.integers(1, 10**6), st.floats(0, 10))
+def test_ms_until_is_exactly_when_the_clock_reaches_the_time(use_now: int, ahead: int, waited: float) -> None:
+    mono = FakeMonotonic()
+    clock = DeadlineClock(use_now, mono)
+    clock.observe(10**9)
+    mono.now += waited
+    target = 10**9 + ahead
+    wait = clock.ms_until(target)
+    assert wait is not None
+    mono.now += wait / 1000 + 1e-6
+    now = clock.now_ms()
+    assert now is not None and now >= target
+    if wait > 0:
+        mono.now -= 0.002
+        assert (clock.now_ms() or 0) < target

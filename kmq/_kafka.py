@@ -265,10 +265,13 @@ class PolledProducer:
 
     def produce(self, topic: str, value: bytes, key: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None,
-                on_done: Callable[[KafkaError | None, KafkaMessage], None] | None = None) -> None:
+                on_done: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
+                partition: int | None = None) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_done}
         if headers:
             kwargs["headers"] = list(headers)
+        if partition is not None:
+            kwargs["partition"] = partition
         while True:
             try:
                 self._producer.produce(topic, **kwargs)

@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from kmq._proto import kmq_marker_pb2 as pb
 from kmq.errors import MarkerDecodeError
 from kmq.markers import EndReason, Headers, Marker, MarkerType, decode
-from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import CLOCK_PROBE_KEY, DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
 
 BATCH_VERSION = 1
 BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
@@ -101,6 +101,12 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
     batch.ack_partitions.extend([m.partition for m in acks])
     batch.ack_offsets.extend([m.offset for m in acks])
     return BATCH_PREFIX + batch.SerializeToString()
+
+
+def encode_clock_probe(client_id: str) -> bytes:
+    """A record with no entries: a tracker writes one to a markers partition it has just caught up on, to learn
+    the broker's time there from its delivery report (LogAppendTime). Every reader finds nothing in it."""
+    return BATCH_PREFIX + _header(CLOCK_PROBE_KEY, 0, client_id, "").SerializeToString()
 
 
 def encode_hello(key: bytes, client_id: str, instance_id: str) -> bytes:

@@ -93,6 +93,12 @@ PURGED_REASON = "purged"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 
+# --- markers-topic record keys -------------------------------------------------------------------------------
+
+#: Key of a tracker's clock probe (``marker_batch.encode_clock_probe``): a batch with no entries, so no queue's
+#: figures move; a batch needs a key, and markers keys are queue ids, so this name is taken.
+CLOCK_PROBE_KEY = b"kmq-clock-probe"
+
 # --- consumer groups -----------------------------------------------------------------------------------------
 
 #: kafka-mq-go's tracker group; ``Config.tracker_group`` defaults to it.

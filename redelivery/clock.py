@@ -3,6 +3,10 @@
 Deadlines are marker timestamps (LogAppendTime: the broker's clock) plus ``redeliver_after_ms``. The partition's
 "now" is the newest marker timestamp seen, extrapolated with the local monotonic clock for the time since that
 marker arrived once ``use_now_if_no_marker_seen_ms`` has passed (kafka-mq-go's rule; 0 = always extrapolate).
+So "now" trails the broker's time by how late the marker it is based on was read: after reading a backlog
+(a restart, a partition handed over) that can be long, and on a partition where no newer marker comes it stays
+so. A broker timestamp learnt another way (a clock probe's delivery report) can be observed with the local time
+it was learnt at.
 No wall clock of this host is ever read, so its skew cannot fire anything early.
 """
 
@@ -22,13 +26,19 @@ class DeadlineClock:
     last_timestamp_ms: int = 0
     _seen_at: float = 0.0
 
-    def observe(self, timestamp_ms: int) -> None:
-        """Records a marker's log timestamp. The clock never runs backwards: a marker stamped before the
-        extrapolated "now" (same millisecond, a broker clock step) re-bases on that "now" instead."""
+    def observe(self, timestamp_ms: int, seen_at: float | None = None) -> None:
+        """Records a broker timestamp, learnt at monotonic time ``seen_at`` (default: now). The clock never runs
+        backwards: a timestamp that would put "now" behind the extrapolated one (a marker read late, the same
+        millisecond, a broker clock step) re-bases on that "now" instead."""
         if timestamp_ms <= 0:
             return
-        self.last_timestamp_ms = max(timestamp_ms, self.now_ms() or 0)
-        self._seen_at = self.monotonic()
+        mono = self.monotonic()
+        seen = mono if seen_at is None else min(seen_at, mono)
+        current = self.now_ms()
+        if current is not None and timestamp_ms + int((mono - seen) * 1000) <= current:
+            self.last_timestamp_ms, self._seen_at = current, mono
+        else:
+            self.last_timestamp_ms, self._seen_at = timestamp_ms, seen
 
     def now_ms(self) -> int | None:
         """The partition's current time in ms, or None before any marker was seen."""

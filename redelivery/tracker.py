@@ -24,13 +24,14 @@ from confluent_kafka import Message as KafkaMessage
 from kmq import _kafka
 from kmq._kafka import PolledProducer
 from kmq.commit_policy import CommitPolicy
-from kmq.config import Config
+from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.control import ControlFollower
 from kmq.errors import KmqError, MarkerDecodeError
 from kmq.marker_batch import decode_batch, is_batch
 from kmq.markers import decode
 from kmq.metrics_http import BrokerProbe
 from redelivery.clock import DeadlineClock, Monotonic
+from redelivery.clock_probe import ClockProbes
 from redelivery.copy_log import CopyLog
 from redelivery.metrics import TrackerMetrics
 from redelivery.partition_state import PartitionState
@@ -89,6 +90,9 @@ class RedeliveryTracker:
         self._control = ControlFollower(config).start()
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
         self._copy_log = CopyLog()
+        #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
+        self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)
+                              if config.marker_format == MARKER_FORMAT_KMQ else None)
         self._eager = config.eager_rebalance
         self._join_watch = _kafka.GroupJoinWatch(config.tracker_group, config.assignment_strategy,
                                                  config.connect_timeout_ms / 1000)
@@ -130,6 +134,10 @@ class RedeliveryTracker:
     def _poll_iteration(self) -> None:
         for record in self._consumer.consume(BATCH, self._poll_timeout_s()):
             self._handle(record)
+        if self._clock_probes is not None:
+            for p, timestamp_ms, seen_at in self._clock_probes.answers():
+                if p in self._partitions:
+                    self._partitions[p].clock.observe(timestamp_ms, seen_at)
         if self._pending and self._monotonic() - self._last_init_try >= RETRY_INIT_S:
             self._init_pending()
         self._check_caught_up()
@@ -197,6 +205,8 @@ class RedeliveryTracker:
                 self.metrics.rebuild_seconds.observe(seconds)
                 log.info("partition_rebuilt", partition=p, markers_read=part.markers_read,
                          in_flight=len(part.state), seconds=round(seconds, 3))
+                if self._clock_probes is not None:
+                    self._clock_probes.send(p)
 
     # --- redelivery -----------------------------------------------------------------------------------
 

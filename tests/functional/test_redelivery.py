@@ -227,6 +227,26 @@ def test_a_restart_over_10000_in_flight_not_yet_due_messages_redelivers_nothing(
     assert read_topic(config.bootstrap_servers, config.message_topic, timeout_s=3) == []
 
 
+def test_a_tracker_that_reads_a_start_late_redelivers_it_when_due_not_that_much_later(
+    kmq_config: ConfigFactory,
+) -> None:
+    """A tracker started (or handed the partition) after a Start was written reads it late; on a partition where
+    no newer marker comes, its clock must not trail the broker's by that much (clock probe)."""
+    config = kmq_config(marker_partitions=1)
+    raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+    raw.produce(config.marker_topic, encode(Marker(MarkerType.START, MessageId(0, 0), 8_000, b"q", b"late")), b"q")
+    assert raw.flush(10) == 0
+    [start] = read_topic(config.bootstrap_servers, config.marker_topic, until=bool)
+    written_ms = start.timestamp()[1]
+    # The tracker is down while the Start ages 3 s: it reads it at least that late.
+    assert wait_for(lambda: time.time() * 1000 >= written_ms + 3_000, timeout_s=10)
+    with tracker_thread(config):
+        copies = read_topic(config.bootstrap_servers, config.message_topic, until=bool, timeout_s=30)
+    assert [c.value() for c in copies] == [b"late"]
+    lateness_ms = copies[0].timestamp()[1] - (written_ms + 8_000)
+    assert 0 <= lateness_ms < 1_500, f"redelivered {lateness_ms} ms after its deadline"
+
+
 def test_garbage_and_unknown_version_markers_are_counted_and_skipped(kmq_config: ConfigFactory) -> None:
     config = kmq_config(marker_partitions=1)
     raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})

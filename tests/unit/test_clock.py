@@ -48,13 +48,25 @@ def test_an_older_timestamp_never_moves_the_clock_back() -> None:
     assert clock.now_ms() == 6_000
 
 
-@given(st.lists(st.tuples(st.integers(1, 10**12), st.floats(0, 100)), min_size=1))
-def test_the_clock_never_runs_backwards(steps: list[tuple[int, float]]) -> None:
+def test_a_broker_time_learnt_earlier_counts_from_when_it_was_learnt() -> None:
+    mono = FakeMonotonic()
+    clock = DeadlineClock(0, mono)
+    clock.observe(5_000)  # a marker read 60 s after it was written: the clock trails the broker by 60 s
+    learnt_at = mono.now
+    mono.now += 0.5
+    clock.observe(65_000, seen_at=learnt_at)  # the broker's time, from a delivery report 500 ms ago
+    assert clock.now_ms() == 65_500
+    clock.observe(64_000, seen_at=mono.now)  # older: never backwards
+    assert clock.now_ms() == 65_500
+
+
+@given(st.lists(st.tuples(st.integers(1, 10**12), st.floats(0, 100), st.none() | st.floats(0, 100)), min_size=1))
+def test_the_clock_never_runs_backwards(steps: list[tuple[int, float, float | None]]) -> None:
     mono = FakeMonotonic()
     clock = DeadlineClock(0, mono)
     last = 0
-    for ts, advance in steps:
-        clock.observe(ts)
+    for ts, advance, learnt_ago in steps:
+        clock.observe(ts, None if learnt_ago is None else mono.now - learnt_ago)
         mono.now += advance
         now = clock.now_ms()
         assert now is not None and now >= last

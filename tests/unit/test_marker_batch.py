@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
-from kmq.marker_batch import BATCH_PREFIX, decode_record, encode_settles, encode_starts, is_batch
+from kmq.marker_batch import (
+    BATCH_PREFIX,
+    decode_batch,
+    decode_record,
+    encode_clock_probe,
+    encode_settles,
+    encode_starts,
+    is_batch,
+)
 from kmq.markers import EndReason, Marker, MarkerType, decode, encode
 from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
@@ -54,6 +62,13 @@ def test_a_settle_batch_decodes_to_keep_alives_then_releases_and_ends_then_acks(
         *(Marker(MarkerType.KEEPALIVE, mid, after) for mid in keep_alives),
         *others,
         *(Marker(MarkerType.END, mid) for mid in acks)]
+
+
+def test_a_clock_probe_is_a_batch_with_nothing_in_it_for_any_reader() -> None:
+    probe = encode_clock_probe("kmq-redelivery-tracker")
+    assert is_batch(probe) and decode_record(probe) == []
+    decoded = decode_batch(probe)
+    assert not decoded.hello and decoded.client_id == "kmq-redelivery-tracker"
 
 
 @given(markers)

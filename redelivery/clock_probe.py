@@ -19,6 +19,7 @@ from confluent_kafka import Message as KafkaMessage
 
 from kmq._kafka import PolledProducer
 from kmq._util import take_all
+from kmq.errors import KmqError
 from kmq.marker_batch import encode_clock_probe
 from kmq.wire import CLOCK_PROBE_KEY
 
@@ -38,8 +39,11 @@ class ClockProbes:
         self._answers: deque[tuple[int, int, float]] = deque()
 
     def send(self, partition: int) -> None:
-        self._producer.produce(self._topic, self._value, CLOCK_PROBE_KEY, partition=partition,
-                               on_done=lambda err, record: self._answer(partition, err, record))
+        try:
+            self._producer.produce(self._topic, self._value, CLOCK_PROBE_KEY, partition=partition,
+                                   on_done=lambda err, record: self._answer(partition, err, record))
+        except KmqError as err:  # as for a failed delivery: the clock stays on marker time
+            log.warning("clock_probe_failed", partition=partition, error=str(err))
 
     def _answer(self, partition: int, err: KafkaError | None, record: KafkaMessage) -> None:
         if err is not None:  # the clock keeps running on marker time: late, never early

@@ -419,7 +419,7 @@ class Consumer:
         _kafka.assign(consumer, partitions, self._eager)
         self._join_watch.assigned()
         self._assigned = (frozenset() if self._eager else self._assigned) | {p.partition for p in partitions}
-        self._intake.assigned(partitions)
+        self._rebalanced()
         self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
@@ -443,6 +443,13 @@ class Consumer:
         self._intake.forget(gone)
         _kafka.unassign(consumer, partitions, self._eager)
         self._assigned = self._assigned - {p.partition for p in partitions}
+        self._rebalanced()
+
+    def _rebalanced(self) -> None:
+        try:
+            self._intake.rebalanced()
+        except KafkaException as exc:  # a fenced or failed client: close() follows, an exception here would not
+            self._log.warning("pause_state_not_applied", error=str(_kafka.to_kmq_error(exc, "rebalance")))
 
     def _check_topics(self) -> None:
         _kafka.topic_partitions(self._kafka, self._config, self._config.message_topic, "message")

@@ -21,14 +21,17 @@ def _records(n: int, start: int = 0) -> list[FakeRecord]:
     return [FakeRecord("m", i % 6, start + i) for i in range(n)]
 
 
-def _revoke(client: FakeFetchClient, intake: Intake, parts: list[Part]) -> None:
+def _revoke(client: FakeFetchClient, intake: Intake, parts: list[Part], flipped: frozenset[int] = frozenset()) -> None:
+    """``flipped``: kept partitions whose paused flag the client changed during the rebalance."""
     intake.forget([(p.topic, p.partition) for p in parts])
     client.unassign(parts)
+    client.paused ^= {p for p in client.assigned if p.partition in flipped}
+    intake.rebalanced()
 
 
 def _assign(client: FakeFetchClient, intake: Intake, parts: list[Part]) -> None:
     client.assign(parts)
-    intake.assigned(parts)
+    intake.rebalanced()
 
 
 def test_past_the_soft_limit_each_poll_takes_one_record_and_librdkafka_keeps_the_rest() -> None:
@@ -107,7 +110,7 @@ def test_records_of_forgotten_partitions_leave_the_backlog() -> None:
 operations = st.lists(st.one_of(
     st.tuples(st.just("fill"), st.integers(1, 60)),
     st.tuples(st.just("take"), st.integers(1, 60)),
-    st.tuples(st.just("revoke"), st.sets(st.integers(0, 5), min_size=1)),
+    st.tuples(st.just("revoke"), st.sets(st.integers(0, 5), min_size=1), st.frozensets(st.integers(0, 5))),
     st.tuples(st.just("assign"), st.sets(st.integers(0, 5), min_size=1)),
 ), max_size=40)
 
@@ -117,7 +120,7 @@ def test_every_assigned_partition_is_in_the_intended_pause_state_after_any_seque
     client = FakeFetchClient(assigned=list(PARTS))
     intake = _intake(client)
     offset = 0
-    for op, arg in ops:
+    for op, arg, *flipped in ops:
         if op == "fill":
             client.pending += _records(arg, offset)
             offset += arg
@@ -125,7 +128,7 @@ def test_every_assigned_partition_is_in_the_intended_pause_state_after_any_seque
         elif op == "take":
             intake.take(arg)
         elif op == "revoke":
-            _revoke(client, intake, [p for p in PARTS if p.partition in arg and p in client.assigned])
+            _revoke(client, intake, [p for p in PARTS if p.partition in arg and p in client.assigned], *flipped)
         else:
             _assign(client, intake, [p for p in PARTS if p.partition in arg and p not in client.assigned])
         intake.update_pause()

@@ -8,9 +8,9 @@ records flow again (librdkafka 2.16 drops the prefetched records of a paused par
 
 The pause state is the consumer's intent, and every path that changes the assignment applies it to every partition
 held afterwards, new or kept: librdkafka keeps a partition's paused flag across revoke/lost and a later
-re-assignment, so a partition paused before it left would otherwise come back paused and never be read; and a
-kept partition once stayed unread after a cooperative rebalance while the intent was "resumed" (CI, cause not
-reproduced), which one pause or resume call per rebalance rules out.
+re-assignment, so a partition paused before it left would otherwise come back paused and never be read. One rule
+for all held partitions, rather than for the new ones only, leaves nothing to reason about per rebalance; its cost
+is one pause or resume call per rebalance (librdkafka refetches what it had prefetched for them).
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ class Intake:
 
     def rebalanced(self) -> None:
         """After any change of the assignment (assign, revoke, lost): every partition held, new or kept, gets the
-        intended pause state, whatever librdkafka remembered or did to it meanwhile. One pause or resume call
-        per rebalance; a partition already in that state is left alone by librdkafka."""
+        intended pause state, whatever librdkafka remembered or did to it meanwhile."""
         self._apply(self._client.assignment())
 
     def _apply(self, partitions: list[Any]) -> None:

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer as RawConsumer
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Producer as RawProducer
-from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Consumer, Message
+from kmq._kafka import LEADERSHIP_MOVING
 from redelivery.tracker import RedeliveryTracker
 from tests.markers_io import wait_for
 
@@ -75,6 +77,18 @@ def receive_expecting(consumer: Consumer, count: int, timeout_s: float = 30.0, l
     ``linger_s`` more: what the caller checks must not come has that long to show up."""
     got = receive_n(consumer, count, timeout_s)
     return got + receive_n(consumer, 1_000_000, linger_s) if len(got) == count else got
+
+
+def members_holding_partitions(admin: AdminClient, group: str) -> int:
+    """How many members of ``group`` hold at least one partition now; none while the group's coordinator is not
+    serving yet (a broker started a moment ago answers NOT_COORDINATOR)."""
+    try:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except KafkaException as exc:
+        if exc.args[0].code() in LEADERSHIP_MOVING:
+            return 0
+        raise
+    return sum(1 for member in description.members if member.assignment.topic_partitions)
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from kmq.wire import MessageId
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, percentiles, write
 from tests.bench.tracker_probe import TrackerProbe
-from tests.helpers import ROOT, env_for
+from tests.helpers import ROOT, env_for, members_holding_partitions
 from tests.markers_io import read_topic, wait_for
 from tests.unit.fakes import FakeStart
 
@@ -65,12 +65,7 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
-
-    def assigned() -> bool:
-        group = admin.describe_consumer_groups([config.tracker_group])[config.tracker_group].result(10)
-        return any(m.assignment.topic_partitions for m in group.members)
-
-    if not wait_for(assigned, timeout_s=60):
+    if not wait_for(lambda: members_holding_partitions(admin, config.tracker_group) > 0, timeout_s=60):
         proc.kill()
         raise TimeoutError(f"the tracker got no markers partition within 60 s (group {config.tracker_group!r})")
     return proc

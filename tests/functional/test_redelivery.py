@@ -18,7 +18,14 @@ from kmq.markers import Marker, MarkerType, encode
 from kmq.topic_replay import TopicReplay
 from kmq.wire import TRACKER_GROUP, MessageId
 from tests.conftest import ConfigFactory
-from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_process, tracker_thread
+from tests.helpers import (
+    FAST_GROUP,
+    WorkerProcess,
+    members_holding_partitions,
+    receive_n,
+    tracker_process,
+    tracker_thread,
+)
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 from tests.markers_io import read_topic, wait_for
 
@@ -175,12 +182,8 @@ def test_when_one_of_two_tracker_replicas_dies_the_survivor_redelivers_its_messa
     first, second = tracker_process(config), tracker_process(config)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
 
-    def both_assigned() -> bool:
-        group = admin.describe_consumer_groups([TRACKER_GROUP])[TRACKER_GROUP].result(timeout=10)
-        return sum(1 for m in group.members if m.assignment.topic_partitions) == 2
-
     try:
-        assert wait_for(both_assigned, timeout_s=30)
+        assert wait_for(lambda: members_holding_partitions(admin, TRACKER_GROUP) == 2, timeout_s=30)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         for name in ("A", "test-queue", "benchmark-q"):

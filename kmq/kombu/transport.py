@@ -1,0 +1,81 @@
+"""The kombu Transport: one per kombu Connection; builds the kmq Config and checks the broker on connect."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import confluent_kafka
+import structlog
+from confluent_kafka.admin import AdminClient
+from kombu.transport import virtual
+
+from kmq import Config, KafkaClientError, KmqError, Service, TopicError
+from kmq.kombu import settings
+from kmq.kombu.channel import Channel
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+#: Seconds between polls of an idle channel's consumers: the latency an idle worker adds to a new task. kmq's
+#: consumers fetch in their own threads, so a poll is a look at a local buffer.
+DEFAULT_POLLING_INTERVAL_S = 0.02
+
+_checked_lock = threading.Lock()
+_checked: list[Config] = []  # configs whose topics this process has checked (Config is not hashable)
+
+
+class Transport(virtual.Transport):
+    """kmq as a kombu transport: ``Connection('kmq://host:9092')`` (after ``import kmq.kombu``) or
+    ``Connection('kmq://host:9092', transport='kmq.kombu:Transport')``; Celery: ``broker_url='kmq://host:9092'``.
+
+    kombu parses the URL (one host); ``kmq://`` alone takes the brokers from the kmq config (``transport_options
+    ['kmq']``, ``config_file``) or ``KMQ_BOOTSTRAP_SERVERS``, which may list several.
+    """
+
+    Channel = Channel
+    default_port = settings.DEFAULT_PORT
+    polling_interval = DEFAULT_POLLING_INTERVAL_S
+    driver_type = "kafka"
+    driver_name = "kmq"
+    connection_errors = (*virtual.Transport.connection_errors, KafkaClientError)
+    channel_errors = (*virtual.Transport.channel_errors, KmqError)
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False, exchange_type=frozenset(["direct", "topic", "fanout"]), heartbeats=False)
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        options = client.transport_options or {}
+        self.kmq_options = settings.options_from(options)
+        self.kmq_config = settings.config_from(client.hostname, client.port, options)
+
+    def establish_connection(self) -> Any:
+        """Fails within the connection's ``connect_timeout`` when no broker answers, and with a TopicError when
+        kmq's topics are missing (unless ``create_topics``)."""
+        timeout_s = float(self.client.connect_timeout or 5)
+        config = self.kmq_config
+        admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka})
+        try:
+            admin.list_topics(timeout=timeout_s)
+        except confluent_kafka.KafkaException as exc:
+            raise KafkaClientError(f"no Kafka broker answers at {config.bootstrap_servers} within {timeout_s:g}s: "
+                                   f"{exc.args[0]}", retriable=True) from exc
+        _check_topics(config, self.kmq_options)
+        return super().establish_connection()
+
+    def driver_version(self) -> str:
+        return str(confluent_kafka.version()[0])
+
+
+def _check_topics(config: Config, options: settings.TransportOptions) -> None:
+    with _checked_lock:
+        if any(known == config for known in _checked):
+            return
+        service = Service(config)
+        try:
+            service.check_topics()
+        except TopicError:
+            if not options.create_topics:
+                raise
+            service.create_topics(partitions=options.partitions)
+            log.info("kombu_topics_created", message_topic=config.message_topic)
+        _checked.append(config)

@@ -11,9 +11,11 @@
 | worker process lost                    | the redelivery tracker, after ``visibility_timeout``                   |
 | ``queue_purge``                        | ``Queue.purge``                                                        |
 | ``_size`` (passive declare)            | this queue's records past its group's committed offset (a topic scan)  |
+| fanout exchange, unbound exchange      | the broadcast topic, at most once to live subscribers (broadcast.py)   |
 
 A consumer (a Kafka group member) exists only for queues this channel consumes or gets from: publishing to a
-queue never joins its group.
+queue never joins its group. A queue bound to a fanout exchange, or a transient one (``auto_delete``/``exclusive``,
+as remote-control replies and event receivers are) bound to a named exchange, is a broadcast subscriber instead.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import structlog
 from kombu.transport import virtual
 
 from kmq import Consumer, ConsumerClosedError, KmqError, Message, MessageSettledError, Service
-from kmq.kombu import envelope, queue_size
+from kmq.kombu import broadcast, envelope, queue_size
 from kmq.kombu.producers import POOL
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -59,6 +61,7 @@ class Channel(virtual.Channel):
 
     QoS = QoS
     connection: Any  # kmq.kombu.transport.Transport
+    supports_fanout = True
 
     def __init__(self, connection: Any, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
@@ -71,6 +74,9 @@ class Channel(virtual.Channel):
         #: Requeued by kombu (``reject(requeue=True)``): delivered again from here first, as AMQP puts them first.
         self._requeued: dict[str, deque[Message]] = {}
         self._noack_queues: set[str] = set()
+        self._subscriptions: dict[str, broadcast.Subscription] = {}
+        self._broadcast_ready: dict[str, deque[broadcast.Broadcast]] = {}
+        self._broadcast_topic = broadcast.topic_for(self._config, self._options.broadcast_topic)
         self._sizes = queue_size.SizeCache(self._config, self._options.size_scan_limit,
                                            self._options.size_cache_seconds)
 
@@ -89,12 +95,49 @@ class Channel(virtual.Channel):
             producer.send_async(out.payload, out.headers, on_delivery=_log_failed_publish, deliver_at=out.deliver_at,
                                 ttl=out.ttl_s)
 
+    def basic_publish(self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any) -> Any:
+        """Anonymous exchange and locally bound durable queues: kmq queues. A fanout exchange, and a named exchange
+        with no durable queue bound here (the subscriber declared the binding in its own process): broadcast."""
+        if not exchange or self.typeof(exchange).type == "fanout":
+            return super().basic_publish(message, exchange, routing_key, **kwargs)
+        try:
+            queues = self.typeof(exchange).lookup(self.get_table(exchange), exchange, routing_key, None)
+        except KeyError:
+            queues = set()
+        durable = [q for q in queues if not self._is_broadcast(q)]
+        self._inplace_augment_message(message, exchange, routing_key)
+        for queue in durable:
+            self._put(queue, message, **kwargs)
+        if len(durable) < len(queues) or not queues:
+            self._put_fanout(exchange, message, routing_key, **kwargs)
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
+        broadcast.PUBLISHER.publish(self._config, self._broadcast_topic, self.kmq_queue(exchange), routing_key,
+                                    message)
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
+        """Bindings stay in this process (kombu's state); a subscriber reads broadcasts from when it bound."""
+        self.connection.kmq_bound_at.setdefault(queue, int(time.time() * 1000))
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        if kwargs.get("auto_delete") or kwargs.get("exclusive"):
+            self.connection.kmq_transient.add(queue)
+
+    def _is_broadcast(self, queue: str) -> bool:
+        bindings = list(self.state.queue_bindings(queue))
+        if any(self.typeof(b.exchange).type == "fanout" for b in bindings):
+            return True
+        return queue in self.connection.kmq_transient and any(b.exchange for b in bindings)
+
     # --- consume -----------------------------------------------------------------------------------------
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
             self._noack_queues.add(queue)
-        self._consumer(queue)  # joins the group now, while kombu sets up the rest
+        if self._is_broadcast(queue):
+            self._subscription(queue)
+        else:
+            self._consumer(queue)  # joins the group now, while kombu sets up the rest
         return super().basic_consume(queue, no_ack, *args, **kwargs)
 
     def basic_cancel(self, consumer_tag: str) -> Any:
@@ -102,6 +145,7 @@ class Channel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._noack_queues.discard(queue)
+            self._close_subscription(queue)
             if not any(q == queue for q, _ in self._in_hand.values()):
                 self._close_consumer(queue)  # else at channel close: its unacked messages may still be acked
         return result
@@ -109,7 +153,8 @@ class Channel(virtual.Channel):
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """A synchronous get: waits up to ``wait_time_seconds`` for a message (a new consumer first waits for
         partitions, up to the connect timeout), as SQS's transport long-polls."""
-        self._await_partitions(queue)
+        if not self._is_broadcast(queue):
+            self._await_partitions(queue)
         try:
             payload = self._receive(queue, self._options.wait_time_seconds, no_ack)
         except Empty:
@@ -123,6 +168,8 @@ class Channel(virtual.Channel):
         return self._receive(queue, timeout or 0.0, queue in self._noack_queues)
 
     def _receive(self, queue: str, timeout: float, no_ack: bool) -> dict[str, Any]:
+        if self._is_broadcast(queue):
+            return self._receive_broadcast(queue, timeout)
         requeued = self._requeued.get(queue)
         deadline = time.monotonic() + timeout
         while True:
@@ -147,6 +194,47 @@ class Channel(virtual.Channel):
             else:
                 self._in_hand[tag] = (queue, message)
             return payload
+
+    def _receive_broadcast(self, queue: str, timeout: float) -> dict[str, Any]:
+        """The next broadcast this queue's bindings route to it (at most once: nothing to settle)."""
+        ready = self._broadcast_ready.setdefault(queue, deque())
+        deadline = time.monotonic() + timeout
+        while not ready:
+            prefix = self._options.queue_name_prefix
+            now_ms = int(time.time() * 1000)
+            for record in self._subscription(queue).poll():
+                if record.expired(now_ms):
+                    continue
+                exchange = record.exchange.removeprefix(prefix)
+                try:
+                    routed = self.typeof(exchange).lookup(self.get_table(exchange), exchange, record.routing_key, None)
+                except KeyError:
+                    continue
+                if queue in routed:
+                    ready.append(record)
+            if not ready:
+                if time.monotonic() >= deadline:
+                    raise Empty()
+                time.sleep(min(ASSIGNMENT_POLL_S, max(0.0, deadline - time.monotonic())))
+        message = ready.popleft().message
+        properties = message.setdefault("properties", {})
+        properties["delivery_tag"] = uuid.uuid4().hex
+        return message
+
+    def _subscription(self, queue: str) -> broadcast.Subscription:
+        subscription = self._subscriptions.get(queue)
+        if subscription is None:
+            exchanges = {self.kmq_queue(b.exchange) for b in self.state.queue_bindings(queue) if b.exchange}
+            since_ms = self.connection.kmq_bound_at.get(queue) or int(time.time() * 1000)
+            subscription = self._subscriptions[queue] = broadcast.Subscription(
+                self._config, self._broadcast_topic, exchanges, since_ms)
+        return subscription
+
+    def _close_subscription(self, queue: str) -> None:
+        subscription = self._subscriptions.pop(queue, None)
+        self._broadcast_ready.pop(queue, None)
+        if subscription is not None:
+            subscription.close()
 
     # --- settle --------------------------------------------------------------------------------------------
 
@@ -175,6 +263,8 @@ class Channel(virtual.Channel):
     def _purge(self, queue: str) -> int:
         """Settles every message of the queue enqueued until now, in flight ones included (kmq's purge); returns
         how many were waiting."""
+        if self._is_broadcast(queue):
+            return len(self._broadcast_ready.pop(queue, ()))
         waiting = self._sizes.count(self.kmq_queue(queue), fresh=True)
         self._requeued.pop(queue, None)  # in flight in kmq: the purge settles them
         self._service.queue(self.kmq_queue(queue)).purge()
@@ -182,6 +272,8 @@ class Channel(virtual.Channel):
         return waiting
 
     def _size(self, queue: str) -> int:
+        if self._is_broadcast(queue):
+            return len(self._broadcast_ready.get(queue, ()))
         return self._sizes.count(self.kmq_queue(queue)) + len(self._requeued.get(queue, ()))
 
     def queue_declare(self, queue: str | None = None, passive: bool = False, **kwargs: Any) -> Any:
@@ -196,6 +288,11 @@ class Channel(virtual.Channel):
         return queue_declare_ok_t(name, 0, 0)
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        if self._is_broadcast(queue):
+            self._close_subscription(queue)
+            self.connection.kmq_transient.discard(queue)
+            self.connection.kmq_bound_at.pop(queue, None)
+            return
         self._close_consumer(queue)
         self._purge(queue)
 
@@ -231,6 +328,8 @@ class Channel(virtual.Channel):
         super().close()  # cancels kombu consumers and restores (gives back) what it holds unacked
         for queue in list(self._kmq_consumers):
             self._close_consumer(queue)
+        for queue in list(self._subscriptions):
+            self._close_subscription(queue)
         self._sizes.close()
 
 

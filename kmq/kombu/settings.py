@@ -42,7 +42,7 @@ TRANSPORT_OPTION_NAMES = frozenset(TransportOptions.__dataclass_fields__) | {
     "kmq", "config_file", "visibility_timeout", "polling_interval",
     # kombu and Celery set these on every transport; they mean nothing here.
     "body_encoding", "deadletter_queue", "max_retries", "interval_start", "interval_step", "interval_max",
-    "confirm_timeout", "hub", "fanout_prefix", "fanout_patterns",
+    "confirm_timeout", "hub", "fanout_prefix", "fanout_patterns", "connect_retries_timeout", "errback",
 }
 
 

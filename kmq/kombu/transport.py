@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from typing import Any
 
@@ -47,13 +48,20 @@ class Transport(virtual.Transport):
         options = client.transport_options or {}
         self.kmq_options = settings.options_from(options)
         self.kmq_config = settings.config_from(client.hostname, client.port, options)
+        #: Kept with kombu's bindings (its BrokerState is per connection too): when each queue was first bound
+        #: (a broadcast subscriber reads from then), and the queues declared auto_delete or exclusive.
+        self.kmq_bound_at: dict[str, int] = {}
+        self.kmq_transient: set[str] = set()
 
     def establish_connection(self) -> Any:
         """Fails within the connection's ``connect_timeout`` when no broker answers, and with a TopicError when
         kmq's topics are missing (unless ``create_topics``)."""
         timeout_s = float(self.client.connect_timeout or 5)
         config = self.kmq_config
-        admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka})
+        _any_accepts(config.bootstrap_servers, timeout_s)
+        # Quiet: its failure is the error raised below, and a refused connection would be logged every 50 ms
+        # for as long as the exception (which holds this frame) lives.
+        admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka, "log_level": 0})
         try:
             admin.list_topics(timeout=timeout_s)
         except confluent_kafka.KafkaException as exc:
@@ -64,6 +72,20 @@ class Transport(virtual.Transport):
 
     def driver_version(self) -> str:
         return str(confluent_kafka.version()[0])
+
+
+def _any_accepts(bootstrap_servers: str, timeout_s: float) -> None:
+    """Fails at once when no bootstrap server accepts a TCP connection (librdkafka would retry for the whole
+    timeout, which leaves kombu's failover no time to try the next URL)."""
+    errors = []
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+            return
+        except (OSError, ValueError) as err:
+            errors.append(f"{server}: {err}")
+    raise KafkaClientError(f"no Kafka broker accepts connections: {'; '.join(errors)}", retriable=True)
 
 
 def _check_topics(config: Config, options: settings.TransportOptions) -> None:

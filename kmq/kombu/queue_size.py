@@ -102,7 +102,7 @@ def _scan(reader: Consumer, topic: str, key: bytes, limit: int, timeout_s: float
                 continue
             scanned += 1
             partition, offset = record.partition(), record.offset()
-            if partition not in ends or offset >= ends[partition]:
+            if partition is None or offset is None or partition not in ends or offset >= ends[partition]:
                 continue
             if record.key() == key:
                 count += 1

@@ -29,7 +29,8 @@ class TransportOptions:
     create_topics: bool = False
     #: Partitions of topics this transport creates (messages topic; broadcast topic has one).
     partitions: int = 6
-    #: The topic carrying fanout (and unbound-exchange) publishes to live subscribers; "" = ``<message_topic>.broadcast``.
+    #: The topic carrying fanout (and unbound-exchange) publishes to live subscribers; "" means
+    #: ``<message_topic>.broadcast``.
     broadcast_topic: str = ""
     #: At most this many records are read to count a queue's waiting messages (``_size``); past it the count is a
     #: lower bound.

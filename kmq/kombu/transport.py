@@ -34,7 +34,9 @@ class Transport(virtual.Transport):
     """
 
     Channel = Channel
-    default_port = settings.DEFAULT_PORT
+    #: None, so that kombu leaves a URL without a port portless: ``kmq://`` (kombu's "localhost", no port) then
+    #: means "the brokers of the kmq config"; a host without a port gets 9092 in ``settings.bootstrap_from_url``.
+    default_port = None
     polling_interval = DEFAULT_POLLING_INTERVAL_S
     driver_type = "kafka"
     driver_name = "kmq"

@@ -1,0 +1,111 @@
+"""Celery workers on kmq: two ``celery worker -c 2`` (prefork) processes share one queue; one is SIGKILLed (its
+main process and pool children) mid-run and a kmq tracker hands its unacked tasks to the other: every task runs.
+Remote control (``ping``) goes over the broadcast topic."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kmq import Config
+from tests.frameworks.kombu.celery_app import TASK, make_app
+from tests.helpers import ROOT, env_for, tracker_process
+
+pytestmark = pytest.mark.timeout(240)
+
+
+class Workers:
+    """``celery worker`` processes, each in its own session so a kill takes its pool children too."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self._env = env
+        self._logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, concurrency: int) -> None:
+        with open(self._logs / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "tests.frameworks.kombu.celery_app", "worker", "-P", "prefork",
+                 "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+                 "--without-heartbeat", "-l", "INFO"],
+                cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for name, proc in list(self.procs.items()):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGUSR1)  # its stacks go to its log (faulthandler in celery_app)
+                time.sleep(1)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+                pytest.fail(f"worker {name} did not stop within 60 s of SIGTERM")
+        self.procs.clear()
+
+
+@pytest.fixture
+def celery_env(kombu_config: Config, tmp_path: Path) -> dict[str, str]:
+    """The workers' environment; their logs stay in pytest's ``tmp_path`` (kept for the last runs)."""
+    return {**env_for(kombu_config), "CELERY_TEST_PREFIX": f"{uuid.uuid4().hex[:10]}.",
+            "CELERY_TEST_QUEUE": "tasks", "CELERY_TEST_OUT": str(tmp_path / "done.txt"),
+            "CELERY_TEST_LOGS": str(tmp_path), "CELERY_TEST_VISIBILITY_S": "5", "CELERY_TEST_WORK_S": "0.05"}
+
+
+def done_numbers(path: str) -> list[int]:
+    try:
+        return [int(line.split()[0]) for line in Path(path).read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_until(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_worker_killed_mid_run_loses_no_task(kombu_config: Config, celery_env: dict[str, str]) -> None:
+    tasks = 200
+    app = make_app(celery_env)
+    tracker = tracker_process(kombu_config)
+    workers = Workers(celery_env, Path(celery_env["CELERY_TEST_LOGS"]))
+    try:
+        workers.start("w1", 2)
+        workers.start("w2", 2)
+
+        def both_answer() -> bool:
+            return len(app.control.ping(timeout=1.0)) == 2
+
+        wait_until(both_answer, 90, "both workers to answer a remote-control ping")
+        for number in range(tasks):
+            app.send_task(TASK, args=[number])
+        wait_until(lambda: len(done_numbers(celery_env["CELERY_TEST_OUT"])) >= tasks // 4, 90, "a quarter done")
+        workers.kill("w1")
+        wait_until(lambda: set(done_numbers(celery_env["CELERY_TEST_OUT"])) >= set(range(tasks)), 120,
+                   "every task to run (the tracker redelivers the killed worker's)")
+        done = done_numbers(celery_env["CELERY_TEST_OUT"])
+        assert set(done) == set(range(tasks))
+        print(f"\n{tasks} tasks, {len(done)} runs ({len(done) - tasks} run twice: in flight at the kill)")
+        replies = app.control.ping(timeout=2.0)
+        assert [next(iter(r)).split("@")[0] for r in replies] == ["w2"]
+    finally:
+        workers.stop_all()
+        tracker.kill()
+        tracker.wait(10)
+        app.close()

@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
+.PHONY: test-celery celery-install
 
 venv install: $(STAMP)
 
@@ -46,6 +47,20 @@ bench: kafka-fetch
 
 bench-quick: kafka-fetch
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
+
+# Celery/kombu on kmq: kombu's own generic transport tests (t/integration/common.py of the pinned kombu sdist,
+# downloaded into ~/.cache/kmq by pip at test time, never copied here) and Celery worker tests, on a real broker.
+CELERY_STAMP := $(VENV)/.celery-stamp
+
+celery-install: $(CELERY_STAMP)
+
+$(CELERY_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,celery,bench]'
+	@touch $@
+
+test-celery: kafka-fetch $(CELERY_STAMP)
+	$(PY) -m tests.frameworks.kombu.sdist
+	$(PY) -m pytest tests/frameworks/kombu -p no:cacheprovider
 
 # Regenerates the committed protobuf modules from the .proto files.
 proto: $(STAMP)

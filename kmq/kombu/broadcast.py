@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import threading
 import uuid
@@ -66,9 +67,16 @@ def decode(exchange: str, value: bytes, timestamp_ms: int = 0) -> Broadcast | No
         return None
 
 
+#: librdkafka's own lines from the broadcast clients: silent unless an application gives this logger a handler
+#: (a broadcast is at most once; a failed one is logged as ``kombu_broadcast_failed``).
+LIBRDKAFKA_LOG = logging.getLogger("kmq.kombu.librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+LIBRDKAFKA_LOG.propagate = False
+
+
 def _settings(config: Config, role: str) -> dict[str, Any]:
     return {"bootstrap.servers": config.bootstrap_servers, **config.kafka,
-            "client.id": f"kmq-kombu-broadcast-{role}"}
+            "client.id": f"kmq-kombu-broadcast-{role}", "logger": LIBRDKAFKA_LOG}
 
 
 class Publisher:
@@ -97,10 +105,12 @@ class Publisher:
             return producer
 
     def flush(self, timeout_s: float = 5.0) -> None:
+        """Waits for the broadcasts still in the clients, then lets the clients go."""
         with self._lock:
             if self._pid != os.getpid():
                 return
             producers = list(self._producers.values())
+            self._producers = {}
         for producer in producers:
             left = producer.flush(timeout_s)
             if left:

@@ -21,6 +21,8 @@ from tests.helpers import free_port
 sys.path.insert(0, str(sdist.ensure()))
 
 import kmq.kombu  # registers the kmq:// scheme
+from kmq.kombu.broadcast import PUBLISHER
+from kmq.kombu.producers import POOL
 
 kombu = pytest.importorskip("kombu")
 
@@ -33,6 +35,10 @@ def kombu_config(kafka_bootstrap: str, admin: AdminClient) -> Iterator[Config]:
                     marker_topic=f"{base}.markers", redelivery_timeout_ms=5000)
     Service(config).create_topics(partitions=3, marker_partitions=1)
     yield config
+    # The transport's process-wide producers go while the session's broker still runs (at exit it is gone, and so
+    # is pytest's captured stderr their librdkafka lines would go to).
+    POOL.close(5.0)
+    PUBLISHER.flush(5.0)
     topics = [config.message_topic, config.marker_topic, config.dlq_topic, f"{config.message_topic}.control",
               f"{config.message_topic}.broadcast"]
     for future in admin.delete_topics(topics, operation_timeout=30).values():

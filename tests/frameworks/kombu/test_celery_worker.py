@@ -105,7 +105,37 @@ def test_a_worker_killed_mid_run_loses_no_task(kombu_config: Config, celery_env:
         replies = app.control.ping(timeout=2.0)
         assert [next(iter(r)).split("@")[0] for r in replies] == ["w2"]
     finally:
+        try:
+            workers.stop_all()
+        finally:
+            tracker.kill()
+            tracker.wait(10)
+            app.close()
+
+
+def test_a_pool_child_killed_mid_task_has_its_task_run_again_by_the_same_worker(
+        kombu_config: Config, celery_env: dict[str, str]) -> None:
+    """``task_reject_on_worker_lost``: Celery rejects the lost task with requeue, which the transport puts back at
+    the head of the worker's own queue at once (no wait for the tracker: its visibility timeout here is 10 min)."""
+    tasks = 20
+    env = {**celery_env, "CELERY_TEST_WORK_S": "0.5", "CELERY_TEST_VISIBILITY_S": "600"}
+    app = make_app(env)
+    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]))
+    try:
+        workers.start("w1", 2)
+        wait_until(lambda: len(app.control.ping(timeout=1.0)) == 1, 90, "the worker to answer a ping")
+        for number in range(tasks):
+            app.send_task(TASK, args=[number])
+        wait_until(lambda: len(done_numbers(env["CELERY_TEST_OUT"])) >= 3, 60, "three tasks done")
+        parent = workers.procs["w1"].pid
+        children = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(parent)], capture_output=True,
+                                                       text=True).stdout.split()]
+        assert children, "no pool children found"
+        os.kill(children[0], signal.SIGKILL)
+        wait_until(lambda: set(done_numbers(env["CELERY_TEST_OUT"])) >= set(range(tasks)), 90,
+                   "every task to run, the lost one again")
+        log = (Path(env["CELERY_TEST_LOGS"]) / "w1.log").read_text()
+        assert "WorkerLostError" in log  # Celery saw the child die and rejected its task with requeue
+    finally:
         workers.stop_all()
-        tracker.kill()
-        tracker.wait(10)
         app.close()

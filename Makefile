@@ -58,6 +58,9 @@ $(CELERY_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,celery,bench]'
 	@touch $@
 
+# The bench compares Celery on kmq with Celery on Redis (tests/bench/test_bench_celery.py).
+bench bench-quick: $(CELERY_STAMP)
+
 test-celery: kafka-fetch $(CELERY_STAMP)
 	$(PY) -m tests.frameworks.kombu.sdist
 	$(PY) -m pytest tests/frameworks/kombu -p no:cacheprovider

@@ -38,6 +38,7 @@ N_TASKS = 2_000 if QUICK else 5_000
 N_PUBLISH = 300 if QUICK else 1_000
 N_KILL, KILL_WORK_S, VISIBILITY_S = 200, 0.1, 10
 SHAPES = ((1, 1), (1, 4), (2, 2))  # (worker processes, pool processes each)
+RUN = uuid.uuid4().hex[:8]
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
@@ -76,7 +77,8 @@ class Side:
         self.broker = broker
         self.options = options
         self.base_env = base_env
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"kmq-celery-bench-{name}-"))
+        self.tmp = Path(tempfile.gettempdir()) / f"kmq-celery-bench-{name}-{RUN}"
+        self.tmp.mkdir()
 
     def env(self, queue: str, work_s: float = 0.0, **options: object) -> dict[str, str]:
         return {**self.base_env, "CELERY_BENCH_BROKER": self.broker,
@@ -125,9 +127,10 @@ def stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> Non
             proc.wait(10)
 
 
-def publish_rate(side: Side) -> float:
-    """``apply_async`` until it returns, task by task (kmq: durable on the topic; Redis: LPUSH answered)."""
-    app = side.app(side.env(f"pub-{uuid.uuid4().hex[:6]}"))
+def publish_rate(side: Side, **options: object) -> float:
+    """``apply_async`` until it returns, task by task (kmq: durable on the topic, or queued in the client with
+    ``confirm_publish=False``; Redis: LPUSH answered)."""
+    app = side.app(side.env(f"pub-{uuid.uuid4().hex[:6]}", **options))
     try:
         app.send_task("bench.noop", args=[-1])  # connects, declares and warms up outside the measurement
         started = time.perf_counter()
@@ -192,7 +195,11 @@ def test_bench_celery(kafka_bootstrap: str) -> None:
             redis = Side("redis", redis_url, {}, base_env)
             ours, theirs = publish_rate(kmq), publish_rate(redis)
             cases.append(Case("Celery apply_async (returns when stored)", "tasks/s", ours, theirs, "Celery on Redis",
-                              {"tasks": N_PUBLISH}, note="kmq: acks=all on Kafka; Redis: LPUSH, no fsync"))
+                              {"tasks": N_PUBLISH}, note="kmq: durable (acks=all) on Kafka; Redis: LPUSH, no fsync"))
+            ours = publish_rate(kmq, confirm_publish=False)
+            cases.append(Case("Celery apply_async, kmq confirm_publish=False", "tasks/s", ours, theirs,
+                              "Celery on Redis", {"tasks": N_PUBLISH},
+                              note="kmq returns once the task is queued in the client (failures logged)"))
             for workers, concurrency in SHAPES:
                 ours, theirs = consume_rate(kmq, workers, concurrency), consume_rate(redis, workers, concurrency)
                 cases.append(Case(f"Celery trivial task, {workers} worker(s) x {concurrency} process(es)", "tasks/s",
@@ -210,6 +217,8 @@ def test_bench_celery(kafka_bootstrap: str) -> None:
     finally:
         track.terminate()
         track.wait(30)
+        for side_dir in Path(tempfile.gettempdir()).glob(f"kmq-celery-bench-*-{RUN}"):
+            shutil.rmtree(side_dir, ignore_errors=True)
     out = write(ROOT / "bench-results" / (time.strftime("%Y%m%dT%H%M%S") + "-celery"), cases,
                 {"quick": QUICK, "seconds": round(time.monotonic() - started)})
     print("\n" + markdown(cases) + f"\n\nresults in {out}")

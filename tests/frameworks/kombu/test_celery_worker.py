@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,9 +25,10 @@ pytestmark = pytest.mark.timeout(240)
 class Workers:
     """``celery worker`` processes, each in its own session so a kill takes its pool children too."""
 
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
+    def __init__(self, env: dict[str, str], logs: Path, *, events: bool = False) -> None:
         self._env = env
         self._logs = logs
+        self._events = ["-E"] if events else []
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, concurrency: int) -> None:
@@ -34,7 +36,7 @@ class Workers:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "tests.frameworks.kombu.celery_app", "worker", "-P", "prefork",
                  "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
-                 "--without-heartbeat", "-l", "INFO"],
+                 "--without-heartbeat", "-l", "INFO", *self._events],
                 cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def kill(self, name: str) -> None:
@@ -139,3 +141,44 @@ def test_a_pool_child_killed_mid_task_has_its_task_run_again_by_the_same_worker(
     finally:
         workers.stop_all()
         app.close()
+
+
+def test_remote_control_and_events_reach_a_worker_and_come_back(kombu_config: Config,
+                                                               celery_env: dict[str, str]) -> None:
+    """``inspect active`` sees a running task, a revoked countdown task never runs (kmq held it; the worker
+    remembers the revoke), and a ``-E`` worker's task events reach an event receiver: all over the broadcast topic."""
+    env = {**celery_env, "CELERY_TEST_WORK_S": "3.0"}
+    app = make_app(env)
+    tracker = tracker_process(kombu_config)  # the countdown tasks come back through it
+    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]), events=True)
+    events: list[dict[str, object]] = []
+    try:
+        workers.start("w1", 1)
+        wait_until(lambda: len(app.control.ping(timeout=1.0)) == 1, 90, "the worker to answer a ping")
+        with app.connection_for_read() as conn:
+            receiver = app.events.Receiver(conn, handlers={"task-succeeded": events.append})
+            listening = threading.Thread(target=receiver.capture, kwargs={"limit": None, "timeout": 90}, daemon=True)
+            listening.start()
+            running = app.send_task(TASK, args=[1])
+
+            def seen_active() -> bool:
+                active = app.control.inspect(timeout=1.0).active() or {}
+                return any(task["id"] == running.id for tasks in active.values() for task in tasks)
+
+            wait_until(seen_active, 30, "inspect active to show the running task")
+            revoked = app.send_task(TASK, args=[2], countdown=3)
+            app.control.revoke(revoked.id)
+            app.send_task(TASK, args=[3], countdown=4)
+            wait_until(lambda: 3 in done_numbers(env["CELERY_TEST_OUT"]), 60, "the later countdown task to run")
+            wait_until(lambda: any(event.get("uuid") == running.id for event in events), 30,
+                       "the running task's task-succeeded event")
+            receiver.should_stop = True
+            listening.join(30)
+        assert 2 not in done_numbers(env["CELERY_TEST_OUT"]), "a revoked task ran"
+    finally:
+        try:
+            workers.stop_all()
+        finally:
+            tracker.kill()
+            tracker.wait(10)
+            app.close()

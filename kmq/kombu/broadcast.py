@@ -17,7 +17,10 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,3 +182,55 @@ class Subscription:
 
     def close(self) -> None:
         self._reader.close()
+
+
+#: ``route(exchange, routing_key)``: the queues a channel's bindings send a broadcast to.
+Route = Callable[[str, str], set[str]]
+
+
+class Subscribers:
+    """A channel's broadcast subscribers: a reader per queue, and what each read and has not yet delivered."""
+
+    def __init__(self, config: Config, topic: str, prefix: str) -> None:
+        self._config = config
+        self._topic = topic
+        self._prefix = prefix  # the queue-name prefix, which namespaces exchange names (the record keys) too
+        self._readers: dict[str, Subscription] = {}
+        self._ready: dict[str, deque[Broadcast]] = {}
+
+    def open(self, queue: str, exchanges: set[str], since_ms: int) -> None:
+        if queue not in self._readers:
+            self._readers[queue] = Subscription(self._config, self._topic,
+                                                {self._prefix + name for name in exchanges}, since_ms)
+
+    def next(self, queue: str, route: Route, timeout_s: float, poll_s: float) -> dict[str, Any] | None:
+        """The next broadcast ``route`` sends to ``queue`` (expired ones skipped), or None after ``timeout_s``."""
+        ready = self._ready.setdefault(queue, deque())
+        deadline = time.monotonic() + timeout_s
+        while not ready:
+            now_ms = int(time.time() * 1000)
+            for record in self._readers[queue].poll():
+                if not record.expired(now_ms) and queue in route(record.exchange.removeprefix(self._prefix),
+                                                                 record.routing_key):
+                    ready.append(record)
+            if not ready:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        return ready.popleft().message
+
+    def waiting(self, queue: str) -> int:
+        return len(self._ready.get(queue, ()))
+
+    def drop_waiting(self, queue: str) -> int:
+        return len(self._ready.pop(queue, ()))
+
+    def close(self, queue: str) -> None:
+        self._ready.pop(queue, None)
+        reader = self._readers.pop(queue, None)
+        if reader is not None:
+            reader.close()
+
+    def close_all(self) -> None:
+        for queue in list(self._readers):
+            self.close(queue)

@@ -74,9 +74,9 @@ class Channel(virtual.Channel):
         #: Requeued by kombu (``reject(requeue=True)``): delivered again from here first, as AMQP puts them first.
         self._requeued: dict[str, deque[Message]] = {}
         self._noack_queues: set[str] = set()
-        self._subscriptions: dict[str, broadcast.Subscription] = {}
-        self._broadcast_ready: dict[str, deque[broadcast.Broadcast]] = {}
         self._broadcast_topic = broadcast.topic_for(self._config, self._options.broadcast_topic)
+        self._subscribers = broadcast.Subscribers(self._config, self._broadcast_topic,
+                                                  self._options.queue_name_prefix)
         self._sizes = queue_size.SizeCache(self._config, self._options.size_scan_limit,
                                            self._options.size_cache_seconds)
 
@@ -145,8 +145,8 @@ class Channel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self._noack_queues.discard(queue)
-            self._close_subscription(queue)
-            if not any(q == queue for q, _ in self._in_hand.values()):
+            self._subscribers.close(queue)
+            if not any(q == queue for q, _ in list(self._in_hand.values())):  # acks come from other threads
                 self._close_consumer(queue)  # else at channel close: its unacked messages may still be acked
         return result
 
@@ -197,44 +197,23 @@ class Channel(virtual.Channel):
 
     def _receive_broadcast(self, queue: str, timeout: float) -> dict[str, Any]:
         """The next broadcast this queue's bindings route to it (at most once: nothing to settle)."""
-        ready = self._broadcast_ready.setdefault(queue, deque())
-        deadline = time.monotonic() + timeout
-        while not ready:
-            prefix = self._options.queue_name_prefix
-            now_ms = int(time.time() * 1000)
-            for record in self._subscription(queue).poll():
-                if record.expired(now_ms):
-                    continue
-                exchange = record.exchange.removeprefix(prefix)
-                try:
-                    routed = self.typeof(exchange).lookup(self.get_table(exchange), exchange, record.routing_key, None)
-                except KeyError:
-                    continue
-                if queue in routed:
-                    ready.append(record)
-            if not ready:
-                if time.monotonic() >= deadline:
-                    raise Empty()
-                time.sleep(min(ASSIGNMENT_POLL_S, max(0.0, deadline - time.monotonic())))
-        message = ready.popleft().message
-        properties = message.setdefault("properties", {})
-        properties["delivery_tag"] = uuid.uuid4().hex
+        self._subscription(queue)
+        message = self._subscribers.next(queue, self._route, timeout, ASSIGNMENT_POLL_S)
+        if message is None:
+            raise Empty()
+        message.setdefault("properties", {})["delivery_tag"] = uuid.uuid4().hex
         return message
 
-    def _subscription(self, queue: str) -> broadcast.Subscription:
-        subscription = self._subscriptions.get(queue)
-        if subscription is None:
-            exchanges = {self.kmq_queue(b.exchange) for b in self.state.queue_bindings(queue) if b.exchange}
-            since_ms = self.connection.kmq_bound_at.get(queue) or int(time.time() * 1000)
-            subscription = self._subscriptions[queue] = broadcast.Subscription(
-                self._config, self._broadcast_topic, exchanges, since_ms)
-        return subscription
+    def _route(self, exchange: str, routing_key: str) -> set[str]:
+        try:
+            return set(self.typeof(exchange).lookup(self.get_table(exchange), exchange, routing_key, None))
+        except KeyError:
+            return set()
 
-    def _close_subscription(self, queue: str) -> None:
-        subscription = self._subscriptions.pop(queue, None)
-        self._broadcast_ready.pop(queue, None)
-        if subscription is not None:
-            subscription.close()
+    def _subscription(self, queue: str) -> None:
+        exchanges = {b.exchange for b in self.state.queue_bindings(queue) if b.exchange}
+        since_ms = self.connection.kmq_bound_at.get(queue) or int(time.time() * 1000)
+        self._subscribers.open(queue, exchanges, since_ms)
 
     # --- settle --------------------------------------------------------------------------------------------
 
@@ -264,7 +243,7 @@ class Channel(virtual.Channel):
         """Settles every message of the queue enqueued until now, in flight ones included (kmq's purge); returns
         how many were waiting."""
         if self._is_broadcast(queue):
-            return len(self._broadcast_ready.pop(queue, ()))
+            return self._subscribers.drop_waiting(queue)
         waiting = self._sizes.count(self.kmq_queue(queue), fresh=True)
         self._requeued.pop(queue, None)  # in flight in kmq: the purge settles them
         self._service.queue(self.kmq_queue(queue)).purge()
@@ -273,7 +252,7 @@ class Channel(virtual.Channel):
 
     def _size(self, queue: str) -> int:
         if self._is_broadcast(queue):
-            return len(self._broadcast_ready.get(queue, ()))
+            return self._subscribers.waiting(queue)
         return self._sizes.count(self.kmq_queue(queue)) + len(self._requeued.get(queue, ()))
 
     def queue_declare(self, queue: str | None = None, passive: bool = False, **kwargs: Any) -> Any:
@@ -289,7 +268,7 @@ class Channel(virtual.Channel):
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         if self._is_broadcast(queue):
-            self._close_subscription(queue)
+            self._subscribers.close(queue)
             self.connection.kmq_transient.discard(queue)
             self.connection.kmq_bound_at.pop(queue, None)
             return
@@ -328,8 +307,7 @@ class Channel(virtual.Channel):
         super().close()  # cancels kombu consumers and restores (gives back) what it holds unacked
         for queue in list(self._kmq_consumers):
             self._close_consumer(queue)
-        for queue in list(self._subscriptions):
-            self._close_subscription(queue)
+        self._subscribers.close_all()
         self._sizes.close()
 
 

@@ -116,9 +116,14 @@ def wait_for_numbers(env: dict[str, str], n: int, timeout_s: float) -> bool:
 
 
 def stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
+    """SIGTERM to each main process (Celery stops its pool: a group-wide SIGTERM can leave billiard waiting on a
+    lock a killed child held); SIGKILL to each whole group."""
     for proc in procs:
         if proc.poll() is None:
-            os.killpg(proc.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
     for proc in procs:
         try:
             proc.wait(60)

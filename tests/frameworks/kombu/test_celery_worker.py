@@ -47,12 +47,14 @@ class Workers:
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                # The main process only: Celery stops its pool itself. A SIGTERM to the whole group kills pool
+                # children that may hold the pool's queue lock, and billiard's exit then waits for it for ever.
+                proc.send_signal(signal.SIGTERM)
         for name, proc in list(self.procs.items()):
             try:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGUSR1)  # its stacks go to its log (faulthandler in celery_app)
+                proc.send_signal(signal.SIGPWR)  # its stacks go to its log (faulthandler in celery_app)
                 time.sleep(1)
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)

@@ -75,8 +75,17 @@ def test_the_kmq_config_comes_from_options_then_environment_then_url_and_visibil
     assert (config.bootstrap_servers, config.message_topic, config.marker_topic) == ("broker:9093", "jobs",
                                                                                      "jobs.markers")
     assert config.redelivery_timeout_ms == 90_000
-    given_config = Config(bootstrap_servers="x:1", message_topic="m")
+    assert config.consumer_kafka == {"session.timeout.ms": "45000", "heartbeat.interval.ms": "3000"}
+    given_config = Config(bootstrap_servers="x:1", message_topic="m", consumer_kafka={"session.timeout.ms": "7000"})
     assert settings.config_from(None, None, {"kmq": given_config}, env={}) is given_config
+
+
+def test_the_group_session_timeout_follows_the_visibility_timeout_within_kafkas_bounds() -> None:
+    def session(visibility_s: float) -> str:
+        return settings.config_from("b", 1, {"visibility_timeout": visibility_s}, env={}).consumer_kafka[
+            "session.timeout.ms"]
+
+    assert (session(2), session(10), session(600)) == ("6000", "10000", "45000")
 
 
 @pytest.mark.parametrize("options", [{"visibility_timout": 3}, {"visibility_timeout": -1}, {"kmq": "x"},

@@ -25,16 +25,18 @@ pytestmark = pytest.mark.timeout(240)
 class Workers:
     """``celery worker`` processes, each in its own session so a kill takes its pool children too."""
 
-    def __init__(self, env: dict[str, str], logs: Path, *, events: bool = False) -> None:
+    def __init__(self, env: dict[str, str], logs: Path, *, events: bool = False,
+                 app: str = "tests.frameworks.kombu.celery_app") -> None:
         self._env = env
         self._logs = logs
         self._events = ["-E"] if events else []
+        self._app = app
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, concurrency: int) -> None:
         with open(self._logs / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.frameworks.kombu.celery_app", "worker", "-P", "prefork",
+                [sys.executable, "-m", "celery", "-A", self._app, "worker", "-P", "prefork",
                  "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
                  "--without-heartbeat", "-l", "INFO", *self._events],
                 cwd=ROOT, env=self._env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -36,7 +36,7 @@ class TemporaryError(Exception):
     """The mail server said "try later"."""
 
 
-@app.task(bind=True, max_retries=3)
+@app.task(name="examples.send_email", bind=True, max_retries=3)  # named: `python -m` makes it __main__
 def send_email(self: object, to: str) -> str:
     if "@" not in to:
         raise Reject(f"not an address: {to!r}", requeue=False)  # dead letter: `kmq dlq list emails`

@@ -18,7 +18,7 @@ from tests.markers_io import read_topic
 
 pytestmark = pytest.mark.timeout(180)
 
-TASK = "examples.celery_app.send_email"
+TASK = "examples.send_email"
 
 
 def test_the_example_app_runs_its_three_tasks(kombu_config: Config, tmp_path: Path) -> None:

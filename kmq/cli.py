@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException
 from kmq import _kafka, logs
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError
-from kmq.wire import MessageId
+from kmq.wire import MessageId, datetime_from_ms, ms_from_datetime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -391,7 +391,7 @@ def cmd_purge(config: Config, args: argparse.Namespace) -> int:
     from kmq.wire import validate_queue_name
 
     before = control.purge(config, validate_queue_name(args.queue), _time_ms(args.before))
-    when = datetime.fromtimestamp(before / 1000, UTC).isoformat(timespec="milliseconds")
+    when = datetime_from_ms(before).isoformat(timespec="milliseconds")
     print(f"purging {args.queue!r}: messages enqueued before {when} are settled without a handler as consumers "
           "and trackers reach them (`kmq stats` counts them as purged)")
     return EXIT_OK
@@ -406,7 +406,7 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK
     for event in life.events:
-        when = datetime.fromtimestamp(event.at_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        when = datetime_from_ms(event.at_ms).isoformat(timespec="milliseconds")
         detail = " ".join(f"{k}={v}" for k, v in event.detail.items())
         print(f"{when}  {event.what:<14} {event.message_id:<12} {detail}".rstrip())
     print(f"state: {life.state}{f' (held by {life.holder})' if life.holder else ''}; "
@@ -415,7 +415,7 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
 
 
 def _time_ms(moment: datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp() * 1000)
+    return None if moment is None else ms_from_datetime(moment)
 
 
 AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",

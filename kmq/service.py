@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kmq._kafka.topics import TopicStatus, check_topics, create_topics
 from kmq.client.consumer import Consumer
 from kmq.client.producer import Producer
 from kmq.config import Config
-from kmq.wire import validate_queue_name
+from kmq.wire import datetime_from_ms, ms_from_datetime, validate_queue_name
 from kmq.worker import Handler, Worker
 
 
@@ -38,7 +38,7 @@ class Queue:
         """Its consumers take no new messages until ``resume()`` (or ``until``); kept in the control topic."""
         from kmq._kafka import control
 
-        control.pause(self.config, self.name, None if until is None else int(until.timestamp() * 1000))
+        control.pause(self.config, self.name, None if until is None else ms_from_datetime(until))
 
     def resume(self) -> None:
         from kmq._kafka import control
@@ -50,8 +50,8 @@ class Queue:
         included, as consumers and trackers reach them; returns the time used. Idempotent."""
         from kmq._kafka import control
 
-        before_ms = control.purge(self.config, self.name, None if before is None else int(before.timestamp() * 1000))
-        return datetime.fromtimestamp(before_ms / 1000, UTC)
+        before_ms = control.purge(self.config, self.name, None if before is None else ms_from_datetime(before))
+        return datetime_from_ms(before_ms)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"

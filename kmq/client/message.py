@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
 from kmq.errors import MessageSettledError
-from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId
+from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
 
 
 class Settler(Protocol):
@@ -45,7 +45,7 @@ class Message:
 
     @property
     def enqueued_at(self) -> datetime:
-        return datetime.fromtimestamp(self.enqueued_at_ms / 1000, UTC)
+        return datetime_from_ms(self.enqueued_at_ms)
 
     @property
     def time_limit(self) -> float | None:
@@ -57,7 +57,7 @@ class Message:
     def deliver_at(self) -> datetime | None:
         """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
         raw = self.headers.get(HEADER_DELIVER_AT)
-        return datetime.fromtimestamp(int(raw) / 1000, UTC) if raw else None
+        return datetime_from_ms(int(raw)) if raw else None
 
     @property
     def redelivered(self) -> bool:
@@ -75,7 +75,7 @@ class Message:
         """Gives the message back for redelivery, now or after ``delay`` seconds."""
         if delay < 0:
             raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
-        self._settler._release(self, round(delay * 1000))
+        self._settler._release(self, ms_from_seconds(delay))
 
     def reject(self, reason: str = "") -> None:
         """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""

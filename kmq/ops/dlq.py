@@ -41,13 +41,11 @@ def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
         if record.key() != key:
             continue
         headers = _kafka.header_dict(record)
-        delivery = wire.DeliveryHeaders.parse(headers)
+        said = wire.DeadLetterHeaders.parse(headers)
         letter = DeadLetter(
-            queue=queue, payload=record.value() or b"",
-            headers={k: v for k, v in headers.items() if k not in wire.INTERNAL_HEADERS},
-            reason=headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace"),
-            delivery_count=delivery.delivery_count,
-            first_message_id=str(delivery.first_message_id or ""),
+            queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers), reason=said.reason,
+            delivery_count=said.delivery.delivery_count,
+            first_message_id=str(said.delivery.first_message_id or ""),
             dlq_id=_kafka.message_id(record))
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
@@ -64,7 +62,7 @@ def list_dead_letters(config: Config, queue: str, limit: int | None = 100) -> li
 
 def redrive(config: Config, queue: str, limit: int | None = None) -> int:
     """Moves the queue's dead letters not redriven before back onto the queue; returns how many were redriven."""
-    with TopicReplay(config, config.dlq_topic, group=f"kmq-dlq-redrive-{queue}") as replay:
+    with TopicReplay(config, config.dlq_topic, group=wire.redrive_group(queue)) as replay:
         found = _read(replay, queue, limit)
         if found:
             _put_back(config, queue, [letter for letter, _ in found])

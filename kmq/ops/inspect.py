@@ -76,11 +76,10 @@ def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
                     open_starts.pop(marker.message_id, None)
                     ended_as[marker.message_id] = event.what
     for record in _records(config, config.dlq_topic, key):
-        headers = _kafka.header_dict(record)
-        if wire.DeliveryHeaders.parse(headers).first_message_id == first:
+        said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
+        if said.delivery.first_message_id == first:
             life.events.append(Event(_kafka.record_timestamp_ms(record), "dead_letter_written",
-                                     str(_kafka.message_id(record)),
-                                     {"reason": headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace")}))
+                                     str(_kafka.message_id(record)), {"reason": said.reason}))
     life.events.sort(key=lambda e: e.at_ms)
     life.state, life.holder = _state(copies, open_starts, ended_as)
     return life

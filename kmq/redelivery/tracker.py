@@ -21,7 +21,7 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 
-from kmq import _kafka
+from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.control import ControlFollower
@@ -69,7 +69,7 @@ class RedeliveryTracker:
     answers fail)."""
 
     def __init__(self, config: Config, *, metrics: TrackerMetrics | None = None,
-                 monotonic: Monotonic = time.monotonic, client_id: str = "kmq-redelivery-tracker",
+                 monotonic: Monotonic = time.monotonic, client_id: str = wire.TRACKER_CLIENT_ID,
                  consumer_factory: Callable[[dict[str, Any]], KafkaConsumer] = KafkaConsumer) -> None:
         self.config = config
         self.metrics = metrics or TrackerMetrics()
@@ -88,7 +88,8 @@ class RedeliveryTracker:
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = ControlFollower(config).start()
-        self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
+        self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery,
+                                        client_id)
         self._copy_log = CopyLog()
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
         self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)

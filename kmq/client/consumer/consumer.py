@@ -340,7 +340,7 @@ class Consumer:
         """Paused (kmq pause): take no new messages; those in flight finish. Asked again after each fetch, since a
         pause may arrive while the fetch waits."""
         state = self._control.state
-        return bool(state.paused_until) and state.paused(self._queue, int(time.time() * 1000))
+        return bool(state.paused_until) and state.paused(self._queue, wire.now_ms())
 
     def _room(self) -> int:
         buffered = len(self._ready) + self._pipeline.waiting

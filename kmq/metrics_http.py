@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -23,7 +23,7 @@ class Health(Protocol):
 
 
 class MetadataClient(Protocol):
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object: ...
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
 
 
 class BrokerProbe:

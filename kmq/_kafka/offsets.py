@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -15,6 +16,10 @@ from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 COMMIT_ATTEMPTS = 3
+
+
+class Committer(Protocol):
+    def commit(self, message: Any = ..., offsets: Any = ..., asynchronous: bool = ...) -> Any: ...
 
 
 class CommitOutcome(enum.Enum):
@@ -45,7 +50,7 @@ def watermarks(consumer: KafkaConsumer, tp: TopicPartition, timeout_s: float, wh
         pause_s = min(pause_s * 2, 1.0)
 
 
-def commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str,
+def commit(consumer: Committer, offsets: Mapping[tuple[str, int], int], what: str,
            attempts: int = COMMIT_ATTEMPTS) -> CommitOutcome:
     """Commits ``offsets`` synchronously, retrying transient errors; FENCED when this member lost the partitions."""
     partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RawConsumer
@@ -13,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
 from kmq import Config, Service
+from kmq._kafka.factory import GroupClient, KafkaClients
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
 from kmq.wire import MessageId
@@ -292,11 +294,12 @@ def test_a_partition_whose_committed_offset_cannot_be_read_is_tried_again_and_lo
     assert raw.flush(10) == 0
     consumers: list[CommittedFailsAtFirst] = []
 
-    def factory(settings: dict[str, object]) -> CommittedFailsAtFirst:
-        consumers.append(CommittedFailsAtFirst(settings, failures=2))
-        return consumers[-1]
+    class Clients(KafkaClients):
+        def group_consumer(self, settings: dict[str, Any]) -> GroupClient:
+            consumers.append(CommittedFailsAtFirst(settings, failures=2))
+            return consumers[-1]  # type: ignore[return-value]
 
-    with capture_logs() as logs, tracker_thread(config, consumer_factory=factory) as tracker:
+    with capture_logs() as logs, tracker_thread(config, clients=Clients()) as tracker:
         assert wait_for(lambda: tracker.metrics.redeliveries.labels("q")._value.get() == 1, timeout_s=20)
     assert consumers[0].failures_left == 0
     assert [e["partition"] for e in logs if e["event"] == "partition_init_failed"] == [0, 0]

@@ -1,0 +1,84 @@
+"""ClientFactory: the one seam through which the consumer and the tracker get their Kafka clients.
+
+The facades build no client themselves; they ask a factory (kafka-mq-go's ``pkg/kafka`` ClientFactory is the model),
+so their own logic (rebalances in both protocols, a client failing inside a callback, close with the broker gone,
+pause across a revoke) is unit-tested with fakes (tests/unit/fakes.py) and runs on confluent-kafka in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer as KafkaConsumer
+
+from kmq._kafka.control import ControlFollower
+from kmq._kafka.producer import PolledProducer
+from kmq.config import Config
+from kmq.delivery import Delivery
+from kmq.wire import MessageId
+from kmq.wire.control import ControlState
+
+
+class GroupClient(Protocol):
+    """The calls kmq makes on a group member (confluent_kafka.Consumer has them all)."""
+
+    def subscribe(self, topics: list[str], on_assign: Callable[..., None] = ..., on_revoke: Callable[..., None] = ...,
+                  on_lost: Callable[..., None] = ...) -> None: ...
+    def poll(self, timeout: float = ...) -> Any: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Any]: ...
+    def assign(self, partitions: list[Any]) -> None: ...
+    def incremental_assign(self, partitions: list[Any]) -> None: ...
+    def unassign(self) -> None: ...
+    def incremental_unassign(self, partitions: list[Any]) -> None: ...
+    def assignment(self) -> list[Any]: ...
+    def pause(self, partitions: list[Any]) -> None: ...
+    def resume(self, partitions: list[Any]) -> None: ...
+    def commit(self, message: Any = ..., offsets: Any = ..., asynchronous: bool = ...) -> Any: ...
+    def committed(self, partitions: list[Any], timeout: float = ...) -> list[Any]: ...
+    def get_watermark_offsets(self, partition: Any, timeout: float = ..., cached: bool = ...) -> Any: ...
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
+    def close(self) -> None: ...
+
+
+class ProducerClient(Protocol):
+    """What kmq asks of a producer (PolledProducer has it): records with delivery callbacks or futures."""
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]] | None = ...,
+                on_done: Callable[[Any, Any], None] | None = ..., partition: int | None = ...) -> None: ...
+    def produce_future(self, topic: str, value: bytes, key: bytes | None,
+                       headers: Sequence[tuple[str, bytes]] | None = ...) -> Delivery[MessageId]: ...
+    def flush(self, timeout_s: float) -> int: ...
+    def close(self, timeout_s: float = ...) -> int: ...
+    @property
+    def client(self) -> Any: ...
+
+
+class ControlClient(Protocol):
+    """A follower of the control topic (pause, purge): ControlFollower."""
+
+    state: ControlState
+
+    def start(self) -> ControlClient: ...
+    def close(self) -> None: ...
+
+
+class ClientFactory(Protocol):
+    """Builds the Kafka clients of a consumer or a tracker from the settings kmq chose."""
+
+    def group_consumer(self, settings: dict[str, Any]) -> GroupClient: ...
+    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient: ...
+    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
+
+
+class KafkaClients:
+    """The production factory: confluent-kafka clients."""
+
+    def group_consumer(self, settings: dict[str, Any]) -> GroupClient:
+        return KafkaConsumer(settings)  # type: ignore[return-value]
+
+    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient:
+        return PolledProducer(settings, name)
+
+    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient:
+        return ControlFollower(config, on_change=on_change)

@@ -88,6 +88,9 @@ class KmqBroker(Broker):
         queue = self._service.queue(self.queue_prefix + queue_name)  # checks the name
         self.emit_before("declare_queue", queue_name)
         self.queues[queue_name] = queue
+        # Made now: a new idempotent Kafka producer's first send waits ~0.5 s for its producer id unless it has had
+        # a moment to connect, and actors are declared well before their first message as a rule.
+        self._producer(queue)
         self.emit_after("declare_queue", queue_name)
 
     def get_declared_delay_queues(self) -> set[str]:

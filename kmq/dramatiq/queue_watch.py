@@ -42,22 +42,32 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 STALL_S = 30.0
 
 
-class TopicTail:
-    """Every record of one topic, from its earliest kept one, read in calls of ``read_to_end()``."""
+def _client(config: Config, **settings: object) -> KafkaConsumer:
+    return KafkaConsumer({
+        "bootstrap.servers": config.bootstrap_servers,
+        **config.kafka,
+        "group.id": f"kmq-join-{uuid.uuid4().hex}",  # librdkafka wants one; nothing is ever committed
+        "client.id": "kmq-dramatiq-join",
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+        **settings,
+    })
 
-    def __init__(self, config: Config, topic: str) -> None:
+
+class TopicTail:
+    """Every record of one topic, from its earliest kept one, read in calls of ``read_to_end()``.
+
+    End offsets are asked through ``offsets``, a client that fetches nothing: a broker answers a connection's
+    requests in order, so on the reading client the question would wait behind a fetch the broker holds open until
+    data comes (up to ``fetch.wait.max.ms``, 0.5 s).
+    """
+
+    def __init__(self, config: Config, topic: str, offsets: KafkaConsumer) -> None:
         self._topic = topic
         self._timeout_s = config.connect_timeout_ms / 1000
-        self._consumer = KafkaConsumer({
-            "bootstrap.servers": config.bootstrap_servers,
-            **config.kafka,
-            "group.id": f"kmq-join-{uuid.uuid4().hex}",  # librdkafka wants one; nothing is ever committed
-            "client.id": "kmq-dramatiq-join",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            # Only what a test's topics hold; the default lets librdkafka buffer up to 64 MiB per partition.
-            "queued.max.messages.kbytes": 4096,
-        })
+        self._offsets = offsets
+        # Only what a test's topics hold; the default lets librdkafka buffer up to 64 MiB per partition.
+        self._consumer = _client(config, **{"queued.max.messages.kbytes": 4096})
         try:
             metadata = self._consumer.list_topics(topic, timeout=self._timeout_s)
         except KafkaException as exc:
@@ -98,8 +108,8 @@ class TopicTail:
         ends = {}
         for partition in self._partitions:
             try:
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(self._topic, partition),
-                                                                 timeout=self._timeout_s, cached=False)
+                low, high = self._offsets.get_watermark_offsets(TopicPartition(self._topic, partition),
+                                                                timeout=self._timeout_s, cached=False)
             except KafkaException as exc:
                 raise KafkaClientError(f"end offsets of {self._topic!r}: {exc}", retriable=True) from exc
             if high > max(low, self._next[partition]):
@@ -129,11 +139,16 @@ class QueueWatch:
         self._open: dict[MessageId, tuple[str, int]] = {}
         self._count: Counter[str] = Counter()
         self._purged_before: dict[str, int] = {}
-        self._markers = TopicTail(config, config.marker_topic)
+        self._offsets = _client(config)
         try:
-            self._messages = TopicTail(config, config.message_topic)
+            self._markers = TopicTail(config, config.marker_topic, self._offsets)
+            try:
+                self._messages = TopicTail(config, config.message_topic, self._offsets)
+            except BaseException:
+                self._markers.close()
+                raise
         except BaseException:
-            self._markers.close()
+            self._offsets.close()
             raise
         self.malformed_markers = 0
 
@@ -187,6 +202,7 @@ class QueueWatch:
         with self._lock:
             self._markers.close()
             self._messages.close()
+            self._offsets.close()
 
 
 _watches: dict[tuple[object, ...], QueueWatch] = {}

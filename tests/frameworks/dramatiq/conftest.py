@@ -44,8 +44,10 @@ class DramatiqSession:
 def dramatiq_session(kafka_bootstrap: str, admin: AdminClient) -> Iterator[DramatiqSession]:
     """The session's kmq topics (deleted at its end, with the consumer groups its tests made) and its tracker."""
     tag = f"kdq-{uuid.uuid4().hex[:8]}"
+    # An idle consumer's poll lasts next_message_timeout_ms, and closing one waits for that poll: 0.1 s, not 1 s,
+    # since every test closes its consumers.
     config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{tag}.messages", marker_topic=f"{tag}.markers",
-                    tracker_group=f"{tag}-tracker")
+                    tracker_group=f"{tag}-tracker", next_message_timeout_ms=100)
     statuses = Service(config).create_topics(partitions=3, marker_partitions=2)
     try:
         with tracker_thread(config):

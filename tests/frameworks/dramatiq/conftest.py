@@ -10,6 +10,7 @@ Result and rate-limiter backends are Dramatiq's in-memory stubs only: they are n
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,10 +81,26 @@ def stub_broker(dramatiq_session: DramatiqSession) -> Iterator[KmqBroker]:
 
 @pytest.fixture
 def stub_worker(stub_broker: KmqBroker) -> Iterator[Worker]:
+    """A worker that has already handled a message on the ``default`` queue (most tests' actors use it), as a
+    deployed worker has when tasks come: its group joined, its Kafka clients connected. A few of Dramatiq's tests
+    time a first task to within 0.5 s, less than a new Kafka client's start-up (a fresh idempotent producer waits
+    ~0.5 s for its producer id)."""
     worker = Worker(stub_broker, worker_timeout=100, worker_threads=32)
     worker.start()
+    warm_up(stub_broker, "default")
     yield worker
     worker.stop()
+
+
+def warm_up(broker: KmqBroker, queue_name: str, timeout_s: float = 30.0) -> None:
+    """Sends one message through ``queue_name`` and waits until it is handled and acked."""
+    handled = threading.Event()
+    actor = dramatiq.actor(handled.set, actor_name=f"kmq_warm_up_{uuid.uuid4().hex[:8]}", queue_name=queue_name,
+                           broker=broker, max_retries=0)
+    actor.send()
+    if not handled.wait(timeout_s):
+        raise AssertionError(f"the warm-up message on {queue_name!r} was not handled within {timeout_s:.0f}s")
+    broker.join(queue_name, timeout=round(timeout_s * 1000))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Runs Dramatiq's own test suite against the kmq broker: ``python -m tests.frameworks.dramatiq.run_suite [pytest args]``.
+"""Runs Dramatiq's own test suite against the kmq broker: ``python -m tests.frameworks.dramatiq.run_suite [ARGS]``.
 
 The pinned sdist is downloaded at run time (never copied into this repository: LGPL) into ``~/.cache/kmq/``
 (``$KMQ_CACHE_DIR``), and its ``tests/test_*.py`` are linked into a package of our own beside a ``common.py`` that

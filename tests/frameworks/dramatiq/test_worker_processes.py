@@ -1,6 +1,6 @@
 """Dramatiq worker processes (the ``dramatiq`` command) on kmq: a SIGTERM drains, a SIGKILL loses nothing.
 
-The worker runs ``app_under_test`` with a broker built from a kmq:// URL on the session's topics; the session's
+The worker runs ``worker_app`` with a broker built from a kmq:// URL on the session's topics; the session's
 redelivery tracker (conftest) brings back what a killed worker held.
 """
 
@@ -47,7 +47,7 @@ class Workers:
         env = {**os.environ, "DRAMATIQ_TEST_URL": self.url, "DRAMATIQ_TEST_LOG": str(self.log)}
         with (self.log.parent / f"worker-{len(self.procs)}.log").open("wb") as output:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dramatiq", "tests.frameworks.dramatiq.app_under_test", "--processes", "1",
+                [sys.executable, "-m", "dramatiq", "tests.frameworks.dramatiq.worker_app", "--processes", "1",
                  "--threads", str(threads)], cwd=ROOT, env=env, start_new_session=True,
                 stdout=output, stderr=subprocess.STDOUT)
         self.procs.append(proc)
@@ -86,7 +86,7 @@ def sender(dramatiq_session: DramatiqSession, queue_prefix: str) -> Iterator[Kmq
 
 
 def send_jobs(broker: KmqBroker, count: int, seconds: float) -> None:
-    """Messages for app_under_test's ``slow_job`` (its actor lives in the worker processes only)."""
+    """Messages for worker_app's ``slow_job`` (its actor lives in the worker processes only)."""
     broker.declare_queue("jobs")
     for job in range(count):
         broker.enqueue(Message(queue_name="jobs", actor_name="slow_job", args=(job, seconds), kwargs={}, options={}))

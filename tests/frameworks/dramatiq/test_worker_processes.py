@@ -32,7 +32,8 @@ FAST_GROUP = {"consumer_kafka.session.timeout.ms": "6000", "consumer_kafka.heart
 def session_url(session: DramatiqSession, queue_prefix: str, **fields: str) -> str:
     config = session.config
     query = {"message_topic": config.message_topic, "marker_topic": config.marker_topic,
-             "next_message_timeout_ms": "100", "queue_prefix": queue_prefix, **FAST_GROUP, **fields}
+             "next_message_timeout_ms": "100", "queue_prefix": queue_prefix, "redelivery_timeout_ms": "3000",
+             **FAST_GROUP, **fields}
     return f"kmq://{config.bootstrap_servers}/?{urlencode(query)}"
 
 

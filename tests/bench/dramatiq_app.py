@@ -1,8 +1,9 @@
 """The Dramatiq app the Dramatiq bench runs under the ``dramatiq`` command, on kmq or on Redis.
 
-``BENCH_BROKER_URL`` picks the broker (``kmq://…`` or ``redis://…``; ``BENCH_HEARTBEAT_MS`` for Redis's heartbeat
-timeout); each worker process writes its counts to ``BENCH_OUT/<pid>.json`` when it shuts down, and ``slow`` appends
-the task number to ``BENCH_OUT/done.log`` when it finishes one.
+``BENCH_BROKER_URL`` picks the broker (``kmq://…`` or ``redis://…``; ``BENCH_HEARTBEAT_MS`` and
+``BENCH_MAINTENANCE_CHANCE`` for Redis's heartbeat timeout and maintenance chance); each worker process writes its
+counts to ``BENCH_OUT/<pid>.json`` when it shuts down, and ``slow`` appends the task number to ``BENCH_OUT/done.log``
+when it finishes one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ if URL.startswith("kmq://"):
 else:
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=URL, heartbeat_timeout=int(os.environ.get("BENCH_HEARTBEAT_MS", "60000")))
+    # Dead workers' messages are requeued by the "maintenance" a command runs with this chance in 1,000,000
+    # (Dramatiq's default, 1,000: with a worker fetching once a second, a requeue comes after ~15 minutes).
+    broker = RedisBroker(url=URL, heartbeat_timeout=int(os.environ.get("BENCH_HEARTBEAT_MS", "60000")),
+                         maintenance_chance=int(os.environ.get("BENCH_MAINTENANCE_CHANCE", "1000")))
 
 _lock = threading.Lock()
 _stats: dict[str, float | int | None] = {"count": 0, "first": None, "last": None}

@@ -221,7 +221,8 @@ def shared_watch(config: Config) -> QueueWatch:
 
 
 @atexit.register
-def _close_watches() -> None:
+def close_watches() -> None:
+    """Closes the process's watches (at exit, or before their topics or broker go away); a later join makes anew."""
     with _watches_lock:
         for watch in _watches.values():
             try:

@@ -26,6 +26,7 @@ from dramatiq.results.backends import StubBackend as StubResultBackend
 
 from kmq import Config, Service
 from kmq.dramatiq import KmqBroker
+from kmq.dramatiq.queue_watch import close_watches
 from tests.conftest import admin, kafka_bootstrap
 from tests.helpers import tracker_thread
 
@@ -55,6 +56,7 @@ def dramatiq_session(kafka_bootstrap: str, admin: AdminClient) -> Iterator[Drama
         with tracker_thread(config):
             yield DramatiqSession(config, tag)
     finally:
+        close_watches()  # their readers would keep asking for the deleted topics (or a stopped broker) until exit
         groups = [g.group_id for g in admin.list_consumer_groups().result(timeout=30).valid
                   if g.group_id.startswith((f"kafka-mq-{tag}", tag))]
         if groups:

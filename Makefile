@@ -48,6 +48,19 @@ bench: kafka-fetch
 bench-quick: kafka-fetch
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
+# Dramatiq 2.2.1's own test suite (its sdist, fetched at run time into ~/.cache/kmq) against kmq's Dramatiq broker,
+# then our tests of that broker (retries, dead letters, time limits, worker SIGTERM and SIGKILL).
+.PHONY: test-dramatiq
+DRAMATIQ_STAMP := $(VENV)/.dramatiq-installed-stamp
+
+$(DRAMATIQ_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,dramatiq-tests]'
+	@touch $@
+
+test-dramatiq: kafka-fetch $(DRAMATIQ_STAMP)
+	$(PY) -m tests.frameworks.dramatiq.run_suite
+	$(PY) -m pytest tests/frameworks/dramatiq
+
 # Regenerates the committed protobuf modules from the .proto files.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Ikmq/wire/proto --python_out=kmq/wire/_proto --pyi_out=kmq/wire/_proto kmq/wire/proto/kmq_marker.proto

@@ -33,8 +33,8 @@ from confluent_kafka import Message as KafkaMessage
 from kmq import Config, KafkaClientError, MarkerDecodeError, MessageId
 
 # The marker codecs (both formats) are not part of kmq's public API: this module is their only user outside kmq.
-from kmq.marker_batch import decode_record
-from kmq.markers import MarkerType
+from kmq.wire.marker_batch import decode_record
+from kmq.wire.markers import MarkerType
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 

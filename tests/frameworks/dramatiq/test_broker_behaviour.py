@@ -16,8 +16,8 @@ from dramatiq import Worker
 from dramatiq.errors import QueueJoinTimeout
 from dramatiq.middleware import CurrentMessage
 
-from kmq.dlq import list_dead_letters
 from kmq.dramatiq import KmqBroker, KmqMessageProxy
+from kmq.ops.dlq import list_dead_letters
 from tests.frameworks.dramatiq.common import worker
 from tests.frameworks.dramatiq.conftest import DramatiqSession, new_broker
 
@@ -37,7 +37,7 @@ def current_run() -> Run:
     assert isinstance(proxy, KmqMessageProxy)
     kmq = proxy.kmq_message
     return Run(time.time(), proxy.options.get("retries", 0), proxy.delivery_count,
-               kmq.deliver_at.timestamp() if kmq.deliver_at else None, kmq.time_limit, str(kmq.message_id))
+               kmq.deliver_at.timestamp() if kmq.deliver_at else None, kmq.worker.time_limit, str(kmq.message_id))
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_exhausted_retries_go_to_the_kmq_dead_letter_topic_and_redrive_brings_th
     assert letters[0].headers["dramatiq-message-id"] == message.message_id.encode()
 
     # And kmq's redrive puts it back on the queue, where the fixed actor handles it
-    from kmq.dlq import redrive
+    from kmq.ops.dlq import redrive
 
     fixed = True
     assert redrive(stub_broker.config, kmq_queue) == 1

@@ -20,7 +20,7 @@ from dramatiq.errors import QueueJoinTimeout, QueueNotFound
 from dramatiq.message import Message as DramatiqMessage
 from dramatiq.middleware import Middleware, TimeLimit
 
-from kmq import Config, Consumer, KmqError, MessageId, Producer, Queue, Service
+from kmq import Config, Consumer, KmqError, MessageId, Producer, Queue, Service, wire
 from kmq.dramatiq.consumer import KmqConsumer
 from kmq.dramatiq.dead_letters import DeadLetterLog
 from kmq.dramatiq.queue_watch import shared_watch
@@ -203,7 +203,7 @@ class KmqBroker(Broker):
         queue = self._queue(queue_name)
         before = queue.purge()
         with self._lock:
-            self._purged_before_ms[queue.name] = int(before.timestamp() * 1000)
+            self._purged_before_ms[queue.name] = wire.ms_from_datetime(before)
 
     def flush_all(self) -> None:
         for queue_name in list(self.queues):

@@ -53,9 +53,10 @@ class RedeliveryTracker:
 
     def __init__(self, config: Config, *, metrics: TrackerMetrics | None = None,
                  monotonic: Monotonic = time.monotonic, client_id: str = wire.TRACKER_CLIENT_ID,
-                 clients: ClientFactory | None = None) -> None:
+                 clients: ClientFactory | None = None, stop_timeout_s: float = SHUTDOWN_S) -> None:
         clients = clients or KafkaClients()
         self.config = config
+        self._stop_timeout_s = stop_timeout_s
         self.metrics = metrics or TrackerMetrics()
         self._monotonic = monotonic
         self._stop = threading.Event()
@@ -100,7 +101,7 @@ class RedeliveryTracker:
             while not self._stop.is_set():
                 self._poll_iteration()
         finally:
-            self._shutdown()
+            self._shutdown(self._stop_timeout_s)
         if self._fatal is not None:
             raise self._fatal
 
@@ -265,7 +266,7 @@ class RedeliveryTracker:
 
     # --- stopping ---------------------------------------------------------------------------------------
 
-    def _shutdown(self, timeout_s: float = SHUTDOWN_S) -> None:
+    def _shutdown(self, timeout_s: float) -> None:
         self._gc.resume()
         deadline = self._monotonic() + timeout_s
         # Finish what is under way: copies produced get their End, so the next owner does not resend them.

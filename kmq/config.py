@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
-from kmq.wire import TRACKER_GROUP
+from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
@@ -81,7 +81,7 @@ class Config:
 
     bootstrap_servers: str
     message_topic: str = "kmq.messages"
-    marker_topic: str = "kmq.wire.markers"
+    marker_topic: str = "kmq.markers"
     #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
     dead_letter_topic: str = ""
     redelivery_timeout_ms: int = 60_000
@@ -122,6 +122,9 @@ class Config:
     #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
     #: kafka-mq-go's trackers use the default.
     tracker_group: str = TRACKER_GROUP
+    #: A queue's consumer group is this prefix and the queue's name (kafka-mq-go's ``kafka-mq-``). Two deployments
+    #: on one cluster whose queues share names need different prefixes (and a tracker group each).
+    consumer_group_prefix: str = CONSUMER_GROUP_PREFIX
     #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
     #: never handed to a handler: see ``expired_messages``.
     queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
@@ -179,7 +182,7 @@ class Config:
         if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
             raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
         object.__setattr__(self, "at_most_once_queues", tuple(names))
-        for name in ("metrics_host", "tracker_group"):
+        for name in ("metrics_host", "tracker_group", "consumer_group_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():
                 raise ConfigError(name, f"must be a non-empty printable string, got {value!r}")
@@ -215,6 +218,10 @@ class Config:
     def assignment_strategy(self) -> str:
         """The librdkafka ``partition.assignment.strategy`` kmq's consumers and trackers use."""
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
+
+    def consumer_group(self, queue: str) -> str:
+        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        return consumer_group(queue, self.consumer_group_prefix)
 
     @property
     def keep_alive_interval_ms(self) -> int:

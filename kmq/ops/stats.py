@@ -60,7 +60,7 @@ class CommittedOffsets:
     def of(self, queue: str) -> dict[int, int]:
         known = self._by_queue.get(queue)
         if known is None:
-            group = wire.consumer_group(queue)
+            group = self._config.consumer_group(queue)
             futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
             result = futures[group].result(timeout=self._config.connect_timeout_ms / 1000)
             known = {tp.partition: tp.offset for tp in result.topic_partitions or []

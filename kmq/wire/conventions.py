@@ -16,6 +16,7 @@ from kmq.errors import InvalidQueueNameError
 
 __all__ = [
     "CLOCK_PROBE_KEY",
+    "CONSUMER_GROUP_PREFIX",
     "DELAY_REASON",
     "EXPIRED_REASON",
     "HEADER_DELIVERY_COUNT",
@@ -201,9 +202,14 @@ CLOCK_PROBE_KEY = b"kmq-clock-probe"
 TRACKER_GROUP = "kafka-mq-redelivery"
 
 
-def consumer_group(queue: str) -> str:
-    """kafka-mq-go's group name, so Go and Python consumers of one queue share a group."""
-    return f"kafka-mq-{queue}"
+#: kafka-mq-go's consumer group prefix: with it, Go and Python consumers of one queue share a group.
+CONSUMER_GROUP_PREFIX = "kafka-mq-"
+
+
+def consumer_group(queue: str, prefix: str = CONSUMER_GROUP_PREFIX) -> str:
+    """A queue's consumer group: ``kafka-mq-<queue>`` (kafka-mq-go's), or another prefix's (``consumer_group_prefix``:
+    two deployments on one cluster that use the same queue names need different groups)."""
+    return f"{prefix}{queue}"
 
 
 def redrive_group(queue: str) -> str:

@@ -11,8 +11,7 @@ import pytest
 from kmq import KmqError, Service
 from kmq.ops.dlq import list_dead_letters
 from kmq.ops.stats import collect
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_expecting, receive_n, tracker_thread, write_transaction
+from tests.helpers import ConfigFactory, receive_expecting, receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,9 +19,9 @@ from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
 from kmq.wire import MessageId
 from kmq.wire.markers import Marker, MarkerType, encode
-from tests.conftest import ConfigFactory
 from tests.helpers import (
     FAST_GROUP,
+    ConfigFactory,
     WorkerProcess,
     members_holding_partitions,
     receive_n,

@@ -81,12 +81,12 @@ class Consumer:
         self._settler: InFlightMessages | AtMostOnceMessages = (
             AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
         self._membership = GroupMembership(
-            wire.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+            config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
             join_bound_s=config.connect_timeout_ms / 1000, on_revoking=self._on_revoking,
             on_dropped=self._on_dropped, on_changed=self._on_assignment_changed, logger=self._log)
         self._control = clients.control(config, self._on_control)
         self._client = clients.group_consumer({
-            **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
+            **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
         self._intake = Intake(self._client, self._key, self._on_record_error, config.receive_buffer_capacity,

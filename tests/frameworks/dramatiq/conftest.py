@@ -27,10 +27,11 @@ from dramatiq.results.backends import StubBackend as StubResultBackend
 from kmq import Config, Service
 from kmq.dramatiq import KmqBroker
 from kmq.dramatiq.queue_watch import close_watches
-from tests.conftest import admin, kafka_bootstrap
 from tests.helpers import tracker_thread
+from tests.kafka_plugin import admin, kafka_bootstrap, pytest_configure, pytest_unconfigure
 
-__all__ = ["admin", "kafka_bootstrap"]  # the session broker fixtures, registered here too when loaded with -p
+# The broker plugin, registered here too when this module is loaded with -p.
+__all__ = ["admin", "kafka_bootstrap", "pytest_configure", "pytest_unconfigure"]
 
 EXCLUDED = Path(__file__).with_name("excluded.txt")
 #: The package run_suite.py makes for Dramatiq's test files.

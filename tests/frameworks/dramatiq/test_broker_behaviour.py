@@ -37,7 +37,7 @@ def current_run() -> Run:
     assert isinstance(proxy, KmqMessageProxy)
     kmq = proxy.kmq_message
     return Run(time.time(), proxy.options.get("retries", 0), proxy.delivery_count,
-               kmq.deliver_at.timestamp() if kmq.deliver_at else None, kmq.worker.time_limit, str(kmq.message_id))
+               kmq.deliver_at.timestamp() if kmq.deliver_at else None, kmq.time_limit, str(kmq.message_id))
 
 
 @pytest.fixture

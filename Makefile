@@ -19,14 +19,17 @@ kafka-fetch: $(STAMP)
 	$(PY) -m kmq.testing.broker fetch
 	$(PY) -c 'from kmq.ops.audit import connector_jars; connector_jars()'
 
+# The functional tests mostly wait (timeouts, group joins): four at a time on one broker (pytest-xdist).
+XDIST := -n 4 --dist loadgroup
+
 test: kafka-fetch
-	$(PY) -m pytest tests/unit tests/functional
+	$(PY) -m pytest $(XDIST) tests/unit tests/functional
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 functional: kafka-fetch
-	$(PY) -m pytest tests/functional
+	$(PY) -m pytest $(XDIST) tests/functional
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kmq tests

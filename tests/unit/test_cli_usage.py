@@ -73,3 +73,16 @@ def test_a_tracker_without_a_broker_says_so_every_few_seconds_and_stops_on_sigte
         proc.kill()
     assert proc.returncode == 0
 
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_1_before_anything_else() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_kmq(None, "tracker", "--metrics-port", str(port), env=NO_BROKER, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"kmq tracker: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"], result.stderr

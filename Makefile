@@ -18,20 +18,24 @@ $(STAMP): pyproject.toml
 
 kafka-fetch: $(STAMP)
 	$(PY) -m kmq.testing.broker fetch
-	$(PY) -c 'from kmq.audit import connector_jars; connector_jars()'
+	$(PY) -c 'from kmq.ops.audit import connector_jars; connector_jars()'
+
+# The functional tests mostly wait (timeouts, group joins): four at a time on one broker (pytest-xdist).
+XDIST := -n 4 --dist loadgroup
 
 test: kafka-fetch
-	$(PY) -m pytest tests/unit tests/functional
+	$(PY) -m pytest $(XDIST) tests/unit tests/functional
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 functional: kafka-fetch
-	$(PY) -m pytest tests/functional
+	$(PY) -m pytest $(XDIST) tests/functional
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq redelivery tests
-	$(VENV)/bin/mypy kmq redelivery
+	$(VENV)/bin/ruff check kmq tests
+	$(VENV)/bin/mypy kmq
+	$(VENV)/bin/lint-imports --no-cache
 
 kafka-up: kafka-fetch
 	@$(PY) -m kmq.testing.broker up
@@ -47,6 +51,19 @@ bench: kafka-fetch
 
 bench-quick: kafka-fetch
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
+
+# Dramatiq 2.2.1's own test suite (its sdist, fetched at run time into ~/.cache/kmq) against kmq's Dramatiq broker,
+# then our tests of that broker (retries, dead letters, time limits, worker SIGTERM and SIGKILL).
+.PHONY: test-dramatiq
+DRAMATIQ_STAMP := $(VENV)/.dramatiq-installed-stamp
+
+$(DRAMATIQ_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,dramatiq-tests]'
+	@touch $@
+
+test-dramatiq: kafka-fetch $(DRAMATIQ_STAMP)
+	$(PY) -m tests.frameworks.dramatiq.run_suite
+	$(PY) -m pytest tests/frameworks/dramatiq
 
 # Celery/kombu on kmq: kombu's own generic transport tests (t/integration/common.py of the pinned kombu sdist,
 # downloaded into ~/.cache/kmq by pip at test time, never copied here) and Celery worker tests, on a real broker.
@@ -67,7 +84,7 @@ test-celery: kafka-fetch $(CELERY_STAMP)
 
 # Regenerates the committed protobuf modules from the .proto files.
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Ikmq/proto --python_out=kmq/_proto --pyi_out=kmq/_proto kmq/proto/kmq_marker.proto
+	$(PY) -m grpc_tools.protoc -Ikmq/wire/proto --python_out=kmq/wire/_proto --pyi_out=kmq/wire/_proto kmq/wire/proto/kmq_marker.proto
 	$(PY) -m grpc_tools.protoc -Itests/interop --python_out=tests/interop/_proto --pyi_out=tests/interop/_proto tests/interop/kafka_mq_v1.proto
 
 clean:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
-from kmq.wire import TRACKER_GROUP
+from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
@@ -25,7 +25,6 @@ REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER = "auto", "cooperative", 
 REBALANCE_PROTOCOLS = (REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER)
 #: The partition.assignment.strategy of each protocol; the eager one is kafka-mq-go's (librdkafka's default).
 ASSIGNMENT_STRATEGIES = {REBALANCE_COOPERATIVE: "cooperative-sticky", REBALANCE_EAGER: "range,roundrobin"}
-MAX_QUEUE_NAME_LENGTH = 200
 #: ``expired_messages`` values.
 EXPIRED_ACTIONS = ("dead-letter", "drop")
 ENV_PREFIX = "KMQ_"
@@ -123,6 +122,9 @@ class Config:
     #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
     #: kafka-mq-go's trackers use the default.
     tracker_group: str = TRACKER_GROUP
+    #: A queue's consumer group is this prefix and the queue's name (kafka-mq-go's ``kafka-mq-``). Two deployments
+    #: on one cluster whose queues share names need different prefixes (and a tracker group each).
+    consumer_group_prefix: str = CONSUMER_GROUP_PREFIX
     #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
     #: never handed to a handler: see ``expired_messages``.
     queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
@@ -180,7 +182,7 @@ class Config:
         if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
             raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
         object.__setattr__(self, "at_most_once_queues", tuple(names))
-        for name in ("metrics_host", "tracker_group"):
+        for name in ("metrics_host", "tracker_group", "consumer_group_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():
                 raise ConfigError(name, f"must be a non-empty printable string, got {value!r}")
@@ -216,6 +218,10 @@ class Config:
     def assignment_strategy(self) -> str:
         """The librdkafka ``partition.assignment.strategy`` kmq's consumers and trackers use."""
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
+
+    def consumer_group(self, queue: str) -> str:
+        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        return consumer_group(queue, self.consumer_group_prefix)
 
     @property
     def keep_alive_interval_ms(self) -> int:
@@ -288,10 +294,16 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for raw_key, value in _flatten(data):
         key = GO_KEYS.get(raw_key, raw_key.replace("-", "_"))
         if key not in _FIELDS:
-            raise ConfigError(raw_key, "unknown configuration key")
+            names = sorted({*_FIELDS, *GO_KEYS})
+            close = difflib.get_close_matches(raw_key, names, n=1) or difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(raw_key, "unknown configuration key" + (f" (did you mean {close[0]}?)" if close else ""))
+        if key in given_as:  # e.g. bootstrap-servers and bootstrap_servers: one would silently win
+            raise ConfigError(raw_key, f"names the same setting as {given_as[key]}: give one of them")
+        given_as[key] = raw_key
         out[key] = value
     return out
 

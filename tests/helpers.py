@@ -10,7 +10,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,18 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Consumer, Message
 from kmq._kafka import LEADERSHIP_MOVING
-from redelivery.tracker import RedeliveryTracker
+from kmq.redelivery.tracker import RedeliveryTracker
 from tests.markers_io import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The fixtures' factories (tests/conftest.py): a uniquely named topic, a Config on topics and groups of its own.
+TopicFactory = Callable[..., str]
+ConfigFactory = Callable[..., Config]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
 # Small enough that a killed member leaves the group within seconds (the broker's minimum is 6 s).
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 
@@ -99,6 +108,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def run_kmq(config: Config | None, *args: str, stdin: str | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kmq ARGS`` as a subprocess configured for ``config`` (through KMQ_* variables; none without a config)."""
+    base = env_for(config) if config else {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kmq.cli", *args], cwd=ROOT, env={**base, **(env or {})},
+                          input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+
+
 def env_for(config: Config) -> dict[str, str]:
     """The environment that makes ``Config.load()`` in a child process equal ``config``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KMQ_BOOTSTRAP_SERVERS": config.bootstrap_servers,
@@ -154,5 +171,5 @@ def tracker_process(config: Config, *extra: str) -> subprocess.Popen[str]:
     env["KMQ_USE_NOW_IF_NO_MARKER_SEEN_MS"] = str(config.use_now_if_no_marker_seen_ms)
     log_file = tempfile.NamedTemporaryFile(prefix="kmq-tracker-", suffix=".log", delete=False)  # noqa: SIM115
     with log_file:
-        return subprocess.Popen([sys.executable, "-m", "redelivery", *extra], cwd=ROOT, env=env,
+        return subprocess.Popen([sys.executable, "-m", "kmq.redelivery", *extra], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=log_file, text=True)

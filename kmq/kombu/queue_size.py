@@ -1,7 +1,7 @@
 """How many messages of one queue wait on the shared messages topic: the answer to kombu's ``_size``.
 
 A queue's records are interleaved with every other queue's, so no offset arithmetic answers it: its records past
-its consumer group's committed offsets (``kafka-mq-<queue>``, see the README) are read and counted by record key
+its consumer group's committed offsets (``Config.consumer_group``) are read and counted by record key
 (the queue name). That costs a read of the topic's tail, all queues' records in it: for a consumed queue the tail
 is short (its group commits as it goes), for a queue nobody consumes it is the whole topic, so a scan stops after
 ``limit`` records (the count is then a lower bound, and logged as such). ``kmq stats`` answers more (in flight,
@@ -21,11 +21,6 @@ from kmq import Config, KafkaClientError
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 POLL_S = 0.5
-
-
-def consumer_group(queue: str) -> str:
-    """The consumer group kmq's consumers of ``queue`` share (the README's ``kafka-mq-<queue>``)."""
-    return f"kafka-mq-{queue}"
 
 
 class SizeCache:
@@ -60,7 +55,7 @@ def waiting(config: Config, queue: str, limit: int) -> int:
     reader = Consumer({
         "bootstrap.servers": config.bootstrap_servers, **config.kafka,
         # The group is only asked for its committed offsets: this client never subscribes, so never joins it.
-        "group.id": consumer_group(queue), "client.id": f"kmq-kombu-size-{uuid.uuid4().hex[:8]}",
+        "group.id": config.consumer_group(queue), "client.id": f"kmq-kombu-size-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "enable.partition.eof": False,
     })
     try:

@@ -11,12 +11,11 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as RawProducer
 
 from kmq import Service, _kafka
-from kmq.marker_batch import encode_settles, encode_starts
-from kmq.markers import EndReason, Marker, MarkerType, encode
-from kmq.offset_book import CommitOutcome
+from kmq._kafka.offsets import CommitOutcome
 from kmq.wire import MessageId
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n, tracker_thread
+from kmq.wire.marker_batch import encode_settles, encode_starts
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode
+from tests.helpers import ConfigFactory, receive_n, tracker_thread
 from tests.markers_io import read_markers, read_topic, wait_for
 from tests.unit.fakes import FakeStart
 

@@ -7,9 +7,8 @@ from collections import Counter
 import pytest
 
 from kmq import Service
-from kmq.markers import MarkerType
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n
+from kmq.wire.markers import MarkerType
+from tests.helpers import ConfigFactory, receive_n
 from tests.markers_io import read_markers
 
 pytestmark = pytest.mark.timeout(90)

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from kmq import Config
-from tests.conftest import ConfigFactory
 from tests.functional.test_cli import kmq, stats
-from tests.helpers import ROOT, env_for, free_port, tracker_thread
+from tests.helpers import ROOT, ConfigFactory, env_for, free_port, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(180)

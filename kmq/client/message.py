@@ -1,0 +1,98 @@
+"""Message: one delivery of a queued payload, and the handle a worker settles it with (ack, release, reject)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from kmq.errors import MessageSettledError
+from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
+
+
+class Settler(Protocol):
+    """What a Message needs from the consumer that delivered it."""
+
+    def _ack(self, message: Message) -> None: ...
+    def _release(self, message: Message, delay_ms: int) -> None: ...
+    def _reject(self, message: Message, reason: str) -> None: ...
+    def _give_back(self, message: Message) -> None: ...
+    def _keep_alive(self, message: Message) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Message:
+    """A delivered message. Settle it exactly once with ``ack``, ``release`` or ``reject``, from any thread.
+
+    Until then kmq keeps it alive (KeepAlive markers every redelivery timeout / 2); if the process dies,
+    the redelivery tracker hands it to another consumer with ``delivery_count`` + 1.
+    """
+
+    payload: bytes
+    headers: dict[str, bytes]
+    queue: str
+    message_id: MessageId
+    #: How many times a handler has been given this message, this time included: 1 on first delivery. A message
+    #: given back unprocessed (``give_back``, a consumer's close, a worker's shutdown) does not count.
+    delivery_count: int
+    #: The first delivery's id; equal to ``message_id`` on first delivery.
+    first_message_id: MessageId
+    enqueued_at_ms: int
+    _settler: Settler = field(repr=False)
+    #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
+    _settled_as: str = field(default="", repr=False)
+    _next_keep_alive: float = field(default=0.0, repr=False)
+
+    @property
+    def enqueued_at(self) -> datetime:
+        return datetime_from_ms(self.enqueued_at_ms)
+
+    @property
+    def time_limit(self) -> float | None:
+        """Seconds the sender allowed a handler for this message (``send(time_limit=…)``), or None."""
+        raw = self.headers.get(HEADER_TIME_LIMIT)
+        return int(raw) / 1000 if raw else None
+
+    @property
+    def deliver_at(self) -> datetime | None:
+        """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
+        raw = self.headers.get(HEADER_DELIVER_AT)
+        return datetime_from_ms(int(raw)) if raw else None
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+    @property
+    def settled(self) -> bool:
+        return bool(self._settled_as)
+
+    def ack(self) -> None:
+        """Marks the message done (End marker); it is never delivered again."""
+        self._settler._ack(self)
+
+    def release(self, delay: float = 0.0) -> None:
+        """Gives the message back for redelivery, now or after ``delay`` seconds."""
+        if delay < 0:
+            raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
+        self._settler._release(self, ms_from_seconds(delay))
+
+    def reject(self, reason: str = "") -> None:
+        """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""
+        self._settler._reject(self, reason)
+
+    def give_back(self) -> None:
+        """Returns a message its handler never started on (a worker shutting down with prefetched messages):
+        redelivered at once, and unlike ``release`` it does not count as a delivery."""
+        self._settler._give_back(self)
+
+    def keep_alive(self) -> None:
+        """Extends the deadline now; automatic keep-alives already run while the message is unsettled."""
+        if self.settled:
+            raise MessageSettledError(f"message {self.message_id} of queue {self.queue!r} is already settled "
+                                      f"({self._settled_as})")
+        self._settler._keep_alive(self)
+
+    def _already_settled(self, how: str) -> MessageSettledError:
+        return MessageSettledError(f"cannot {how} message {self.message_id} of queue {self.queue!r}: "
+                                   f"already settled ({self._settled_as or 'by another thread'})")

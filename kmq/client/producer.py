@@ -1,0 +1,163 @@
+"""Producer: puts payloads on one logical queue (record key = queue id) of the shared messages topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from types import TracebackType
+
+import structlog
+
+from kmq import _kafka, wire
+from kmq.config import Config
+from kmq.delivery import Delivery
+from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
+from kmq.wire import MessageId
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+Payload = bytes | bytearray | memoryview
+HeadersIn = Mapping[str, bytes | str] | None
+DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
+
+
+def check_payload(payload: object, limit: int) -> bytes:
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise PayloadError(f"payload must be bytes-like, got {type(payload).__name__}; encode it first")
+    data = bytes(payload)
+    if len(data) > limit:
+        raise PayloadTooLargeError(len(data), limit)
+    return data
+
+
+def _seconds(name: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (positive and value == 0):
+        raise PayloadError(f"{name} must be a {'positive' if positive else 'non-negative'} number of seconds, "
+                           f"got {value!r}")
+    return float(value)
+
+
+def due_time_ms(delay: float | None, deliver_at: datetime | None) -> int | None:
+    """The ``kmq-deliver-at-ms`` of a send with ``delay`` (seconds) or ``deliver_at`` (an aware datetime); rounded
+    up, so a due time is never before what was asked."""
+    if delay is not None and deliver_at is not None:
+        raise PayloadError("give delay or deliver_at, not both")
+    if delay is not None:
+        return wire.ms_after(_seconds("delay", delay, positive=False))
+    if deliver_at is not None:
+        if not isinstance(deliver_at, datetime) or deliver_at.tzinfo is None:
+            raise PayloadError(f"deliver_at must be a timezone-aware datetime, got {deliver_at!r}")
+        return wire.ms_from_datetime(deliver_at)
+    return None
+
+
+def option_headers(*, time_limit: float | None, deliver_at_ms: int | None,
+                   expires_at_ms: int | None) -> list[tuple[str, bytes]]:
+    """The kmq headers of a send's options (they travel with the payload through Starts and copies)."""
+    out: list[tuple[str, bytes]] = []
+    if time_limit is not None:
+        limit_s = _seconds("time_limit", time_limit, positive=True)
+        out.append((wire.HEADER_TIME_LIMIT, str(wire.ms_from_seconds(limit_s)).encode()))
+    if deliver_at_ms is not None:
+        out.append((wire.HEADER_DELIVER_AT, str(deliver_at_ms).encode()))
+    if expires_at_ms is not None:
+        out.append((wire.HEADER_EXPIRES_AT, str(expires_at_ms).encode()))
+    return out
+
+
+def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    for key, value in (headers or {}).items():
+        if not isinstance(key, str) or not key:
+            raise PayloadError(f"header names must be non-empty strings, got {key!r}")
+        if key.startswith(wire.RESERVED_HEADER_PREFIX):
+            raise PayloadError(f"header {key!r}: the prefix {wire.RESERVED_HEADER_PREFIX!r} is reserved for kmq")
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes):
+            raise PayloadError(f"header {key!r} must be bytes or str, got {type(value).__name__}")
+        out.append((key, value))
+    return out
+
+
+class Producer:
+    """Sends messages to one queue. Thread-safe; use as a context manager or call ``close()``.
+
+    ``send`` blocks until the record is durable (acks=all, idempotent); ``send_async`` returns a Future-like Delivery.
+    """
+
+    def __init__(self, config: Config, queue: str) -> None:
+        self._config = config
+        self._queue = queue
+        self._key = queue.encode()
+        self._client = _kafka.PolledProducer(
+            _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}")
+        self._closed = False
+        self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    def send_async(self, payload: Payload, headers: HeadersIn = None,
+                   on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
+                   delay: float | None = None, deliver_at: datetime | None = None,
+                   ttl: float | None = None) -> Delivery[MessageId]:
+        """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
+        raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
+        (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
+        seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
+        if self._closed:
+            raise KmqError(f"producer for queue {self._queue!r} is closed")
+        data = check_payload(payload, self._config.max_payload_bytes)
+        out = check_headers(headers)
+        if time_limit is not None or delay is not None or deliver_at is not None or ttl is not None \
+                or self._default_ttl_ms:
+            ttl_s = _seconds("ttl", ttl, positive=True) if ttl is not None else self._default_ttl_ms / 1000
+            out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
+                                  expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
+        future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+        if on_delivery is not None:
+            callback = on_delivery
+
+            def report(done: Delivery[MessageId]) -> None:
+                err = done.exception()
+                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
+
+            future.add_done_callback(report)
+        return future
+
+    def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
+             time_limit: float | None = None, delay: float | None = None,
+             deliver_at: datetime | None = None, ttl: float | None = None) -> MessageId:
+        """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout. See
+        ``send_async`` for the keyword options."""
+        wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
+        future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
+                                 ttl=ttl)
+        try:
+            return future.result(wait_s)
+        except TimeoutError:
+            raise DeliveryError(
+                f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "
+                f"is Kafka reachable at {self._config.bootstrap_servers}?", retriable=True) from None
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Waits for every queued message; returns how many are still undelivered after ``timeout``."""
+        return self._client.flush(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flushes, then releases the client. Messages still undelivered after ``timeout`` are logged."""
+        if self._closed:
+            return
+        self._closed = True
+        remaining = self._client.close(timeout)
+        if remaining:
+            log.warning("producer_closed_with_undelivered", queue=self._queue, undelivered=remaining)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -16,6 +16,7 @@ from typing import Any
 
 import kombu
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from kmq import Config
 from tests.frameworks.kombu.conftest import transport_options, url
@@ -89,9 +90,21 @@ def test_unconfirmed_publishing_still_delivers(kombu_config: Config) -> None:
         assert sorted(m.payload["n"] for m in got) == list(range(20))
 
 
-def test_a_missing_topic_is_a_clear_error_unless_the_transport_may_create_it(kombu_config: Config) -> None:
+def test_a_missing_topic_is_a_clear_error_unless_the_transport_may_create_it(kombu_config: Config,
+                                                                           admin: AdminClient) -> None:
     missing = f"kombu-missing-{uuid.uuid4().hex[:8]}"
-    options = {"kmq": {"message_topic": f"{missing}.messages", "marker_topic": f"{missing}.markers"}}
+    options: dict[str, Any] = {"kmq": {"message_topic": f"{missing}.messages", "marker_topic": f"{missing}.markers"}}
     with kombu.Connection(url(kombu_config), transport_options=options) as connection, \
             pytest.raises(Exception, match="does not exist"):
         connection.connect()
+    with kombu.Connection(url(kombu_config), transport_options={**options, "create_topics": True}) as connection:
+        try:
+            assert connection.connect()
+            with closing(connection.SimpleQueue("made")) as queue:
+                queue.put({"n": 1})
+                assert queue.get(timeout=10).payload == {"n": 1}
+        finally:
+            made = [f"{missing}.messages", f"{missing}.markers", f"{missing}.messages.dlq",
+                    f"{missing}.messages.control"]
+            for future in admin.delete_topics(made, operation_timeout=30).values():
+                future.result(timeout=30)

@@ -108,3 +108,20 @@ def test_a_missing_topic_is_a_clear_error_unless_the_transport_may_create_it(kom
                     f"{missing}.messages.control"]
             for future in admin.delete_topics(made, operation_timeout=30).values():
                 future.result(timeout=30)
+
+
+def test_a_message_unacked_when_its_channel_closes_is_given_back_uncounted(kombu_config: Config) -> None:
+    """What a stopping Celery worker prefetched and never ran comes back at once (the tracker), delivery count 1."""
+    options = transport_options(kombu_config)
+    with tracker_thread(kombu_config):
+        with kombu.Connection(url(kombu_config), transport_options=options) as first, \
+                closing(first.SimpleQueue("handed-back")) as queue:
+            queue.put({"n": 1})
+            held = queue.get(timeout=10)
+            assert held.delivery_info["kmq_delivery_count"] == 1
+        with kombu.Connection(url(kombu_config), transport_options=options) as second, \
+                closing(second.SimpleQueue("handed-back")) as queue:
+            again = queue.get(timeout=30)
+            again.ack()
+    assert again.payload == {"n": 1}
+    assert again.delivery_info["kmq_delivery_count"] == 1, "a message no handler ran was counted as a delivery"

@@ -462,12 +462,14 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK
+    headers = " ".join(f"{k}={_printable(v, 40)}" for k, v in life.headers.items()) or "none"
+    print(f"message {life.first_message_id} of queue {life.queue!r}: {plural(life.payload_bytes, 'byte')}, "
+          f"headers {headers}")
     for event in life.events:
         when = datetime_from_ms(event.at_ms).isoformat(timespec="milliseconds")
-        detail = " ".join(f"{k}={v}" for k, v in event.detail.items())
-        print(f"{when}  {event.what:<14} {event.message_id:<12} {detail}".rstrip())
-    print(f"state: {life.state}{f' (held by {life.holder})' if life.holder else ''}; "
-          f"first message id {life.first_message_id}")
+        detail = "  ".join(f"{k}={_printable(str(v), 60)}" for k, v in event.detail.items())
+        print(f"{when}  {event.what:<13} {event.message_id:<12} {detail}".rstrip())
+    print(f"state: {life.state}: {life.summary}" + (f" (held by {life.holder})" if life.holder else ""))
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
+import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from kmq import _kafka, logs
@@ -345,6 +346,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
     sys.path.insert(0, os.getcwd())
     handler = load_handler(args.handler)
+    _warn_if_no_tracker(config)
     if args.metrics_port is not None:
         config = config.replace(metrics_port=args.metrics_port)
     worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,
@@ -375,6 +377,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     rows = collect(config, args.queue, _progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)  # clears the progress line
+    _warn_if_no_tracker(config)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
@@ -384,6 +387,17 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
+
+
+def _warn_if_no_tracker(config: Config) -> None:
+    """Without a tracker nothing comes back: not a release, not what a crashed worker held. Said on stderr."""
+    from kmq._kafka.offsets import group_members
+
+    if group_members(config, config.tracker_group) == 0:
+        structlog.get_logger("kmq.cli").warning(
+            "no_redelivery_tracker", group=config.tracker_group,
+            note="released messages and those of crashed workers will not come back until a tracker runs "
+                 "(kmq tracker)")
 
 
 _last_progress = [0.0]
@@ -462,12 +476,14 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK
+    headers = " ".join(f"{k}={_printable(v, 40)}" for k, v in life.headers.items()) or "none"
+    print(f"message {life.first_message_id} of queue {life.queue!r}: {plural(life.payload_bytes, 'byte')}, "
+          f"headers {headers}")
     for event in life.events:
         when = datetime_from_ms(event.at_ms).isoformat(timespec="milliseconds")
-        detail = " ".join(f"{k}={v}" for k, v in event.detail.items())
-        print(f"{when}  {event.what:<14} {event.message_id:<12} {detail}".rstrip())
-    print(f"state: {life.state}{f' (held by {life.holder})' if life.holder else ''}; "
-          f"first message id {life.first_message_id}")
+        detail = "  ".join(f"{k}={_printable(str(v), 60)}" for k, v in event.detail.items())
+        print(f"{when}  {event.what:<13} {event.message_id:<12} {detail}".rstrip())
+    print(f"state: {life.state}: {life.summary}" + (f" (held by {life.holder})" if life.holder else ""))
     return EXIT_OK
 
 

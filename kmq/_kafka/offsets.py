@@ -90,3 +90,13 @@ def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:
         raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s",
                                retriable=True) from None
     return {tp.partition: tp.offset for tp in result.topic_partitions or [] if tp.topic == topic and tp.offset >= 0}
+
+
+def group_members(config: Config, group: str) -> int | None:
+    """How many members ``group`` has now; None when the broker cannot say within the connect timeout."""
+    admin = AdminClient(base_settings(config, "kmq-admin"))
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=config.connect_timeout_ms / 1000)
+    except (KafkaException, TimeoutError):
+        return None
+    return len(described.members or [])

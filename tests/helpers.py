@@ -93,6 +93,8 @@ def members_holding_partitions(admin: AdminClient, group: str) -> int:
     serving yet (a broker started a moment ago answers NOT_COORDINATOR)."""
     try:
         description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except TimeoutError:  # a loaded or fresh broker slow to answer: the caller's wait asks again
+        return 0
     except KafkaException as exc:
         if exc.args[0].code() in LEADERSHIP_MOVING:
             return 0

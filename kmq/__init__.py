@@ -3,7 +3,7 @@
 The package's rooms, from the bottom up (imports only go down; ``make lint`` checks it with import-linter):
 ``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``config`` → ``_kafka`` (the confluent-kafka
 edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent of each other)
-→ ``service``, ``cli``, ``demo``. See the README's "Architecture" section.
+→ ``service``, ``cli``, ``demo``. See docs/architecture.md.
 """
 
 from kmq import logs

@@ -190,6 +190,12 @@ def test_queue_operations_from_the_command_line(kmq_config: ConfigFactory, workd
     assert rows[0]["queue"] == "emails"
 
 
+def test_at_most_once(kmq_config: ConfigFactory, workdir: Path) -> None:
+    out = run_sample(kmq_config(), workdir, "at_most_once.py")
+    assert "refused: queue 'metrics' is at-most-once" in out
+    assert "processed b'cpu=0.93'" in out
+
+
 def test_inspect_message(kmq_config: ConfigFactory, workdir: Path) -> None:
     out = run_sample(kmq_config(), workdir, "inspect_message.py")
     events = [line.split()[1] for line in out.splitlines() if line[:1].isdigit()]

@@ -32,7 +32,7 @@ functional: kafka-fetch
 	$(PY) -m pytest $(XDIST) tests/functional
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq tests
+	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks
 	$(VENV)/bin/mypy kmq
 	$(VENV)/bin/lint-imports --no-cache
 

@@ -10,10 +10,8 @@ with emails.producer() as producer:
     producer.flush()  # wait for the three sends
 
 with emails.consumer() as consumer:
-    handled = 0
-    for message in consumer:  # never ends by itself: `for` waits for the next message
+    for handled, message in enumerate(consumer, start=1):  # never ends by itself: it waits for the next message
         print(message.payload.decode(), "delivery", message.delivery_count)
         message.ack()
-        handled += 1
         if handled == 3:
             break  # or call consumer.close() from another thread: the loop then ends

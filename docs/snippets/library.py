@@ -4,7 +4,7 @@ import json
 
 from kmq import Config, Service
 
-config = Config.load()  # KMQ_BOOTSTRAP_SERVERS and any other KMQ_* setting; topics default to kmq.messages / kmq.markers
+config = Config.load()  # KMQ_BOOTSTRAP_SERVERS and other KMQ_* settings; topics default to kmq.messages / kmq.markers
 service = Service(config)
 service.create_topics(partitions=6, marker_partitions=3)  # once; or `kmq topics create` (existing topics are kept)
 emails = service.queue("emails")

@@ -76,8 +76,9 @@ class Background:
         name = Path(sample).stem
         self.out, self.err = workdir / f"{name}.stdout", workdir / f"{name}.stderr"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(command(sample, workdir, background=True), cwd=workdir, env=sample_env(config), stdout=out,
-                                         stderr=err, text=True, start_new_session=True)
+            self.proc = subprocess.Popen(command(sample, workdir, background=True), cwd=workdir,
+                                         env=sample_env(config), stdout=out, stderr=err, text=True,
+                                         start_new_session=True)
 
     def stdout(self) -> str:
         return self.out.read_text()
@@ -216,6 +217,7 @@ def test_decorated_worker(kmq_config: ConfigFactory, workdir: Path) -> None:
 def test_kmq_worker_with_a_tracker(kmq_config: ConfigFactory, workdir: Path) -> None:
     """The worker guide's handler: a valid job is acked; bad ones are dead letters at once, with their reason."""
     config = kmq_config()
+    assert (workdir / "emails_worker.py").is_file()  # the handler module `kmq worker` imports from the directory
     with tracker_thread(config), background(config, workdir, "sh/worker.sh") as worker:
         with Service(config).queue("emails").producer() as producer:
             for payload in (b'{"to": "bob@example.com"}', b"{}", b"[oops"):

@@ -31,6 +31,7 @@ from kmq.service import Queue, Service
 from kmq.wire import MessageId
 from kmq.worker import Backoff, Handler, Worker
 
+#: kmq's version (the one in pyproject.toml).
 __version__ = "0.2.0"
 
 __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do

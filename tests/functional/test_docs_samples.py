@@ -237,8 +237,7 @@ def test_dramatiq_sample(kmq_config: ConfigFactory, workdir: Path) -> None:
     assert "email to bob@example.com" in out
 
 
-@pytest.mark.xdist_group("spark")  # beside test_audit.py's Spark session, never two at once
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(420)  # a Spark job of its own (not test_audit.py's session): not in that xdist group
 def test_audit_sample(kmq_config: ConfigFactory, workdir: Path) -> None:
     pytest.importorskip("pyspark")
     config = kmq_config()

@@ -108,7 +108,8 @@ def test_every_snippet_is_shown_and_tested() -> None:
     files = {str(p.relative_to(SNIPPETS)) for p in SNIPPETS.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert files - shown == set(), "snippets no page includes"
     source = "".join(test.read_text() for test in SAMPLE_TESTS)
-    for path in shown:
+    for shown_path in shown:
+        path = shown_path.split(":")[0]  # "file:section" includes a marked section of a file
         if (SNIPPETS / path).is_file():
             assert f'"{path}"' in source, f"docs/snippets/{path} is shown in the docs but no test runs it"
         else:

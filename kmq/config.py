@@ -310,10 +310,16 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for raw_key, value in _flatten(data):
         key = GO_KEYS.get(raw_key, raw_key.replace("-", "_"))
         if key not in _FIELDS:
-            raise ConfigError(raw_key, "unknown configuration key")
+            names = sorted({*_FIELDS, *GO_KEYS})
+            close = difflib.get_close_matches(raw_key, names, n=1) or difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(raw_key, "unknown configuration key" + (f" (did you mean {close[0]}?)" if close else ""))
+        if key in given_as:  # e.g. bootstrap-servers and bootstrap_servers: one would silently win
+            raise ConfigError(raw_key, f"names the same setting as {given_as[key]}: give one of them")
+        given_as[key] = raw_key
         out[key] = value
     return out
 

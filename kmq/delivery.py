@@ -37,6 +37,13 @@ class Delivery(Generic[T]):
         """True once the delivery report came (success or failure)."""
         return self._done
 
+    def __repr__(self) -> str:
+        if not self._done:
+            return "<Delivery pending>"
+        if self._error is not None:
+            return f"<Delivery failed: {self._error}>"
+        return f"<Delivery done: {self._value}>"
+
     def _wait(self, timeout: float | None) -> None:
         with _DELIVERY_LOCK:
             if self._done:

@@ -82,8 +82,17 @@ class ControlFollower:
         if ends:
             raise KafkaClientError(f"could not read control topic {self._topic!r} within {timeout_s + 20:.0f}s")
 
+    @property
+    def available(self) -> bool:
+        """Whether the control topic exists (and is followed)."""
+        return self._thread is not None
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
     def _apply(self, record: object) -> None:
-        self.state.apply(record.key() or b"", record.value())  # type: ignore[attr-defined]
+        self.state.apply(record.key() or b"", record.value(), record.offset() or 0)  # type: ignore[attr-defined]
         if self._on_change is not None:
             self._on_change(self.state)
 

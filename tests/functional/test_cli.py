@@ -67,7 +67,7 @@ def test_send_then_a_worker_processes_everything(kmq_config: ConfigFactory) -> N
     assert kmq(config, "send", "cli", "one").returncode == 0
     assert kmq(config, "send", "cli", "--stdin", stdin="two\nthree\n").returncode == 0
     sent = kmq(config, "send", "cli", "load-{i}", "--count", "20")
-    assert sent.returncode == 0 and "sent 20 message(s)" in sent.stdout
+    assert sent.returncode == 0 and "sent 20 messages to 'cli'" in sent.stdout
     worker = start_worker(config, "tests.handlers:record", "cli", "--concurrency", "3")
     assert wait_for(lambda: stats(config, "cli")["acked"] == 23, timeout_s=40)
     assert stop(worker) == {"acked": 23}
@@ -95,8 +95,13 @@ def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_b
         assert stop(worker) == {"released": 1, "dead_lettered": 1}
         listed = kmq(config, "dlq", "list", "doomed")
         assert listed.returncode == 0 and "poison" in listed.stdout and "failed 2 time(s)" in listed.stdout
+        assert "1 dead letter waiting" in listed.stderr
         redriven = kmq(config, "dlq", "redrive", "doomed")
-        assert redriven.returncode == 0 and "redrove 1 message(s)" in redriven.stdout
+        assert redriven.returncode == 0 and "redrove 1 message onto 'doomed'" in redriven.stdout
+        # A redrive empties the view of what waits, as SQS's does; --all still shows the letter, marked.
+        assert "0 dead letters waiting" in kmq(config, "dlq", "list", "doomed").stderr
+        [letter] = json.loads(kmq(config, "dlq", "list", "doomed", "--all", "--json").stdout)
+        assert (letter["payload"], letter["redriven"], letter["delivery_count"]) == ("poison", True, 2)
         worker = start_worker(config, "tests.handlers:record", "doomed")
         assert wait_for(lambda: stats(config, "doomed")["acked"] == 1, timeout_s=40)
         assert stop(worker) == {"acked": 1}
@@ -245,3 +250,21 @@ def test_worker_and_tracker_refuse_a_markers_topic_on_create_time(kafka_bootstra
         admin.delete_topics([config.message_topic, config.marker_topic, config.dlq_topic])
 
 
+
+
+def test_send_prints_ids_skips_blank_stdin_lines_and_takes_every_option_of_the_library(
+    kmq_config: ConfigFactory,
+) -> None:
+    from tests.markers_io import read_topic
+
+    config = kmq_config(partitions=1)
+    one = kmq(config, "send", "opts", "x", "--ttl", "60", "--time-limit", "2.5")
+    assert one.returncode == 0, one.stderr
+    assert "sent 1 message (id 0:0) to 'opts'" in one.stdout
+    many = kmq(config, "send", "opts", "--stdin", "--ids", stdin="a\n\nb\n  \n")
+    assert many.returncode == 0, many.stderr
+    assert many.stdout.split() == ["0:1", "0:2"]
+    assert "sent 2 messages" in many.stderr and "2 blank lines skipped" in many.stderr
+    [first, *_] = read_topic(config.bootstrap_servers, config.message_topic, timeout_s=10)
+    headers = dict(first.headers() or [])
+    assert headers["kmq-time-limit-ms"] == b"2500" and int(headers["kmq-expires-at-ms"]) > 0

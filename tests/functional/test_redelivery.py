@@ -13,7 +13,7 @@ from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
-from kmq import Config, Service
+from kmq import Config, Service, wire
 from kmq._kafka.factory import GroupClient, KafkaClients
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
@@ -133,10 +133,12 @@ def test_on_a_broker_with_kafkas_default_group_join_delay_dead_letters_are_liste
                 msg.reject("schema mismatch")
         assert sorted(d.payload for d in list_dead_letters(config, "rej")) == [b"bad-0", b"bad-1", b"bad-2"]
         assert redrive(config, "rej") == 3
+        assert list_dead_letters(config, "rej") == [], "redriven letters no longer wait"
+        assert len(list_dead_letters(config, "rej", include_redriven=True)) == 3
         assert redrive(config, "rej") == 0
         # A queue with no dead letters reads the topic once: its next redrive starts at the end.
         assert redrive(config, "other") == 0
-        with TopicReplay(config, config.dlq_topic, group="kmq-dlq-redrive-other") as replay:
+        with TopicReplay(config, config.dlq_topic, group=wire.redrive_group("other")) as replay:
             assert list(replay.records()) == []
 
 

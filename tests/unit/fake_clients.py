@@ -252,6 +252,8 @@ class FakeProducerClient:
 @dataclass
 class FakeControl:
     state: ControlState = field(default_factory=ControlState)
+    available: bool = False
+    topic: str = "m.control"
 
     def start(self) -> FakeControl:
         return self

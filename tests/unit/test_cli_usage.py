@@ -34,6 +34,12 @@ NO_BROKER = {"KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1", "KMQ_CONNECT_TIMEOUT_MS": "
     (["dlq", "list", "q"], 1, "cannot reach Kafka at 127.0.0.1:1"),
     (["dlq", "redrive", "q"], 1, "cannot reach Kafka at 127.0.0.1:1"),
     (["tracker", "--metrics-port", "70000"], 2, "--metrics-port: must be >= 0 and <= 65535"),
+    (["send", "q"], 2, "kmq send: error: nothing to send: give a PAYLOAD, --file or --stdin"),
+    (["send", "q", "x", "--file", "f.json"], 2, "give one of PAYLOAD, --file and --stdin, not PAYLOAD and --file"),
+    (["send", "q", "x", "--delay", "1", "--at", "2030-01-01T00:00"], 2, "give --delay or --at, not both"),
+    (["send", "q", "x", "--ttl", "0"], 2, "--ttl: must be > 0, got 0"),
+    (["send", "q", "x", "--frobnicate"], 2, "kmq send: error: unrecognized arguments: --frobnicate"),
+    (["pause", "q", "--until", "2000-01-01T00:00"], 2, "--until 2000-01-01T00:00:00+00:00 is not in the future"),
 ])
 def test_bad_input_is_one_clear_line_and_a_non_zero_exit(args: list[str], code: int, message: str) -> None:
     result = run_kmq(None, *args, env=NO_BROKER, timeout=30)
@@ -73,3 +79,29 @@ def test_a_tracker_without_a_broker_says_so_every_few_seconds_and_stops_on_sigte
         proc.kill()
     assert proc.returncode == 0
 
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_1_before_anything_else() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_kmq(None, "tracker", "--metrics-port", str(port), env=NO_BROKER, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"kmq tracker: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"], result.stderr
+
+
+def test_every_send_option_of_the_library_is_a_kmq_send_option() -> None:
+    import inspect
+
+    from kmq import Producer
+    from kmq.cli import build_parser
+
+    options = {name for name, param in inspect.signature(Producer.send_async).parameters.items()
+               if param.kind is inspect.Parameter.KEYWORD_ONLY}
+    send = build_parser()._subparsers._group_actions[0].choices["send"]  # type: ignore[attr-defined]
+    dests = {action.dest for action in send._actions}
+    assert options <= dests, f"kmq send lacks {sorted(options - dests)}"

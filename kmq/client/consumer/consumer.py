@@ -26,6 +26,7 @@ from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome
 from kmq._util import take_all
 from kmq.client.consumer.due_times import DueTimes
+from kmq.client.consumer.identity import ClientIdentity
 from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
@@ -73,7 +74,8 @@ class Consumer:
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
             _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
-        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
+        instance_id = _kafka.instance_id()
+        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
@@ -85,6 +87,9 @@ class Consumer:
             join_bound_s=config.connect_timeout_ms / 1000, on_revoking=self._on_revoking,
             on_dropped=self._on_dropped, on_changed=self._on_assignment_changed, logger=self._log)
         self._control = clients.control(config, self._on_control)
+        #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
+        self._identity = (ClientIdentity(config.client_id, instance_id, self._producer, self._control,
+                                         config.connect_timeout_ms / 1000 + 20) if config.client_id else None)
         self._client = clients.group_consumer({
             **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
@@ -100,6 +105,8 @@ class Consumer:
         try:
             self._check_topics()
             self._control.start()
+            if self._identity is not None:
+                self._identity.claim()
             self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
             self._membership.subscribe(self._client, [config.message_topic])
         except BaseException:
@@ -283,7 +290,10 @@ class Consumer:
     # --- the settle side wakes the loop ------------------------------------------------------------------
 
     def _on_control(self, state: ControlState) -> None:
-        """On the control follower's thread: a purge reaches the messages already in flight here."""
+        """On the control follower's thread: a purge reaches the messages already in flight here; a claim of our
+        client_id by another process is answered."""
+        if self._identity is not None:
+            self._identity.on_control(state)
         before = state.purged_before.get(self._queue)
         if before is not None and before > self._purged_up_to:
             self._purged_up_to = before

@@ -191,11 +191,15 @@ class AtMostOnceMessages:
         self._settle(message, "ack")
 
     def _release(self, message: Message, delay_ms: int) -> None:
-        raise KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be released "
-                       "(nothing would deliver it again); ack or reject it")
+        raise self._cannot(message, "released")
 
     def _give_back(self, message: Message) -> None:
-        self._release(message, 0)
+        raise self._cannot(message, "given back")
+
+    @staticmethod
+    def _cannot(message: Message, what: str) -> KmqError:
+        return KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be {what} "
+                        "(nothing would deliver it again); ack or reject it")
 
     def _reject(self, message: Message, reason: str) -> None:
         self._settle(message, "reject")

@@ -128,13 +128,13 @@ def test_first_queue_in_five_minutes(kmq_config: ConfigFactory, workdir: Path) -
     with background(config, workdir, "sh/tracker.sh") as tracker, \
             background(config, workdir, "sh/worker.sh") as worker:
         out = run_sample(config, workdir, "sh/send.sh")
-        assert out.count("sent 1 message(s) to 'emails'") == 2
+        assert out.count("sent 1 message (id ") == 2
         worker.wait_for_output("sending email to ada@example.com (delivery 1)")
         assert wait_for(lambda: len(list_dead_letters(config, "emails")) == 1, 60, 1.0), "no dead letter within 60 s"
         stats = run_sample(config, workdir, "sh/stats.sh")
         assert "emails" in stats
         assert "not JSON" in stats
-        assert "redrove 1 message(s)" in run_sample(config, workdir, "sh/dlq.sh")
+        assert "redrove 1 message onto" in run_sample(config, workdir, "sh/dlq.sh")
         assert worker.stop() == 0, worker.stderr()
         assert tracker.stop() == 0, tracker.stderr()
     summary = json.loads(worker.stdout().strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""The library in 20 lines: send, then receive in batches and settle every message (ack, reject or release)."""
+"""The library in 30 lines: send, then receive in batches and settle every message (ack, reject or release)."""
 
 import json
 

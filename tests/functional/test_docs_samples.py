@@ -24,7 +24,7 @@ import pytest
 
 from kmq import Config, Service
 from kmq.ops.dlq import list_dead_letters
-from tests.helpers import ROOT, ConfigFactory, env_for, receive_n, tracker_thread
+from tests.helpers import ROOT, ConfigFactory, env_for, receive_expecting, receive_n, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -178,8 +178,14 @@ def test_queue_control(kmq_config: ConfigFactory, workdir: Path) -> None:
     config = kmq_config()
     out = run_sample(config, workdir, "queue_control.py")
     assert "purged messages enqueued before" in out
-    with Service(config).queue("emails").consumer() as consumer:
-        assert consumer.receive(5) is None  # the stale job was purged, and the queue is not paused
+    emails = Service(config).queue("emails")
+    with emails.producer() as producer:
+        producer.send(b"fresh job")
+    with emails.consumer() as consumer:  # the queue is not paused, and the stale job was purged
+        got = receive_expecting(consumer, 1, timeout_s=60)
+        for message in got:
+            message.ack()
+    assert [m.payload for m in got] == [b"fresh job"]
 
 
 def test_queue_operations_from_the_command_line(kmq_config: ConfigFactory, workdir: Path) -> None:

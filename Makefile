@@ -33,7 +33,7 @@ functional: kafka-fetch
 	$(PY) -m pytest $(XDIST) tests/functional
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq tests
+	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks
 	$(VENV)/bin/mypy kmq
 	$(VENV)/bin/lint-imports --no-cache
 
@@ -89,3 +89,14 @@ proto: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The documentation site (docs/, mkdocs.yml): every page, link, snippet and docstring must build cleanly.
+.PHONY: docs
+DOCS_STAMP := $(VENV)/.docs-installed-stamp
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site

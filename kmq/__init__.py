@@ -3,7 +3,7 @@
 The package's rooms, from the bottom up (imports only go down; ``make lint`` checks it with import-linter):
 ``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``config`` → ``_kafka`` (the confluent-kafka
 edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent of each other)
-→ ``service``, ``cli``, ``demo``. See the README's "Architecture" section.
+→ ``service``, ``cli``, ``demo``. See docs/architecture.md.
 """
 
 from kmq import logs
@@ -31,6 +31,7 @@ from kmq.service import Queue, Service
 from kmq.wire import MessageId
 from kmq.worker import Backoff, Handler, Worker
 
+#: kmq's version (the one in pyproject.toml).
 __version__ = "0.2.0"
 
 __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do

@@ -79,11 +79,15 @@ class Config:
     (``security.protocol``, ``sasl.*``, ``ssl.*`` …) to every client kmq creates.
     """
 
+    #: Kafka bootstrap servers (required).
     bootstrap_servers: str
+    #: The topic all logical queues share.
     message_topic: str = "kmq.messages"
+    #: Start/KeepAlive/End markers; must use LogAppendTime.
     marker_topic: str = "kmq.markers"
     #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
     dead_letter_topic: str = ""
+    #: Silence after which a message is redelivered (at most 12 h); keep-alives run every half of it.
     redelivery_timeout_ms: int = 60_000
     #: Records read from Kafka (Start written, committed) and waiting for ``receive``; also the most messages
     #: one Start batch holds.
@@ -104,16 +108,23 @@ class Config:
     settle_linger_ms: int = 5
     #: Settles that make the consumer write their record at once, without waiting ``settle_linger_ms``.
     settle_batch_size: int = 500
+    #: Commit after this many other queues' records.
     max_messages_per_commit: int = 1_000
+    #: One poll's wait.
     next_message_timeout_ms: int = 1_000
+    #: Larger payloads are refused with PayloadTooLargeError.
     max_payload_bytes: int = 900_000
     #: Deliveries after which a message is dead-lettered instead of redelivered; 0 = never (SQS maxReceiveCount).
     max_deliveries: int = 0
     #: Stable consumer identity; becomes ``group.instance.id`` (static membership) when set.
     client_id: str = ""
+    #: How long to wait for an unreachable broker before a clear error.
     connect_timeout_ms: int = 10_000
+    #: Tracker clock: hold the newest marker time this long before extrapolating (0: always extrapolate).
     use_now_if_no_marker_seen_ms: int = 0
+    #: The tracker commits after this many markers ...
     num_offsets_per_commit: int = 1_000
+    #: ... or this often.
     tracker_commit_interval_ms: int = 1_000
     #: Serve /metrics and /healthz on this port (worker and tracker; 0 = off), bound to ``metrics_host``.
     metrics_port: int = 0
@@ -133,6 +144,8 @@ class Config:
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
     #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
     at_most_once_queues: tuple[str, ...] = ()
+    #: librdkafka settings for every client (``security.protocol``, ``sasl.*``, ``ssl.*`` …); kmq-owned keys are
+    #: refused, secrets never logged.
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
@@ -205,6 +218,7 @@ class Config:
 
     @property
     def dlq_topic(self) -> str:
+        """The dead-letter topic: ``dead_letter_topic``, or ``<message_topic>.dlq``."""
         return self.dead_letter_topic or f"{self.message_topic}.dlq"
 
     @property
@@ -225,6 +239,7 @@ class Config:
 
     @property
     def keep_alive_interval_ms(self) -> int:
+        """How often a consumer writes keep-alives for a message in flight: half the redelivery timeout."""
         return self.redelivery_timeout_ms // 2
 
     def redacted_kafka(self) -> dict[str, str]:
@@ -239,6 +254,7 @@ class Config:
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod

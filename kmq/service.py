@@ -19,9 +19,11 @@ class Queue:
 
     def __init__(self, config: Config, name: str) -> None:
         self.config = config
+        #: The queue's name: the record key of its messages and markers.
         self.name = validate_queue_name(name)
 
     def producer(self) -> Producer:
+        """A producer for this queue (thread-safe; close it, or use it as a context manager)."""
         return Producer(self.config, self.name)
 
     def consumer(self) -> Consumer:
@@ -41,6 +43,7 @@ class Queue:
         control.pause(self.config, self.name, None if until is None else ms_from_datetime(until))
 
     def resume(self) -> None:
+        """Lets the queue's consumers take messages again (ends a ``pause``)."""
         from kmq._kafka import control
 
         control.resume(self.config, self.name)
@@ -67,14 +70,19 @@ class Service:
         self._queues: dict[str, Queue] = {}
 
     def queue(self, name: str) -> Queue:
+        """The queue called ``name`` (the same object each time); raises InvalidQueueNameError for a bad name."""
         if name not in self._queues:
             self._queues[name] = Queue(self.config, name)
         return self._queues[name]
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
                       replication_factor: int = 1) -> list[TopicStatus]:
+        """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
+        as ``kmq topics create`` does; existing topics are kept as they are."""
         return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
                              replication_factor=replication_factor)
 
     def check_topics(self) -> dict[str, int]:
+        """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises
+        TopicError."""
         return check_topics(self.config)

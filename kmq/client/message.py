@@ -28,15 +28,20 @@ class Message:
     the redelivery tracker hands it to another consumer with ``delivery_count`` + 1.
     """
 
+    #: The bytes the producer sent.
     payload: bytes
+    #: The producer's headers (values as bytes), and kmq's time limit, due time and expiry when the send set them.
     headers: dict[str, bytes]
+    #: The queue it was received from.
     queue: str
+    #: Where this delivery's record sits on the messages topic (a redelivered copy has its own).
     message_id: MessageId
     #: How many times a handler has been given this message, this time included: 1 on first delivery. A message
     #: given back unprocessed (``give_back``, a consumer's close, a worker's shutdown) does not count.
     delivery_count: int
     #: The first delivery's id; equal to ``message_id`` on first delivery.
     first_message_id: MessageId
+    #: When the original was produced (ms since the epoch), on copies too.
     enqueued_at_ms: int
     _settler: Settler = field(repr=False)
     #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
@@ -45,6 +50,7 @@ class Message:
 
     @property
     def enqueued_at(self) -> datetime:
+        """When the original was produced (UTC)."""
         return datetime_from_ms(self.enqueued_at_ms)
 
     @property
@@ -61,10 +67,12 @@ class Message:
 
     @property
     def redelivered(self) -> bool:
+        """True from the second delivery on (``delivery_count > 1``)."""
         return self.delivery_count > 1
 
     @property
     def settled(self) -> bool:
+        """True once acked, released, rejected, given back or purged."""
         return bool(self._settled_as)
 
     def ack(self) -> None:

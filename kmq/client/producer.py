@@ -97,6 +97,7 @@ class Producer:
 
     @property
     def queue(self) -> str:
+        """The queue this producer sends to."""
         return self._queue
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,

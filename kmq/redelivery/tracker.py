@@ -106,10 +106,12 @@ class RedeliveryTracker:
             raise self._fatal
 
     def stop(self) -> None:
+        """Asks ``run()`` to return (it commits and leaves the group first). Safe from any thread."""
         self._stop.set()
 
     @property
     def stopped(self) -> bool:
+        """True once ``stop()`` was called."""
         return self._stop.is_set()
 
     def _poll_iteration(self) -> None:

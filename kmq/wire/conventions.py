@@ -58,7 +58,9 @@ class MessageId(NamedTuple):
     """Where a record sits on the messages topic: (partition, offset). A tuple, so hashing and comparing it (once
     per message in the consumer's in-flight table and the tracker's state) run in C."""
 
+    #: The messages-topic partition.
     partition: int
+    #: The record's offset in that partition.
     offset: int
 
     def __str__(self) -> str:
@@ -66,6 +68,7 @@ class MessageId(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
+        """The id written ``PARTITION:OFFSET`` (as ``str()`` gives it and ``kmq inspect`` takes it)."""
         partition, _, offset = text.partition(":")
         return cls(int(partition), int(offset))
 

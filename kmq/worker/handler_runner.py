@@ -23,6 +23,7 @@ from kmq.errors import KmqError, Reject, TimeLimitExceeded
 from kmq.wire import MessageId
 from kmq.worker.time_limit import TimeLimits
 
+#: A handler: called with each Message; what it returns is ignored (returning acks the message).
 Handler = Callable[[Message], object]
 OutcomeKind = Literal["returned", "rejected", "failed", "timed_out"]
 #: A settle a handler asked for in a child process: ("ack" | "release" | "reject" | "give_back", its argument).

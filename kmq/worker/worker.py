@@ -45,7 +45,9 @@ STUCK_REPORT_S = 10.0
 class Backoff:
     """Delay before retrying a failed message: base·2^(n-1), capped at ``max_s``, with equal jitter."""
 
+    #: Seconds before the first retry (``--backoff-base``).
     base_s: float = 1.0
+    #: The longest retry delay in seconds (``--backoff-max``).
     max_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -53,6 +55,7 @@ class Backoff:
             raise ConfigError("backoff", f"needs 0 <= base <= max, got base {self.base_s} s, max {self.max_s} s")
 
     def delay_s(self, delivery_count: int) -> float:
+        """The delay before retrying a message that failed on its ``delivery_count``-th delivery."""
         ceiling = min(self.max_s, self.base_s * 2.0 ** max(0, delivery_count - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
@@ -67,15 +70,24 @@ class Worker:
     """
 
     config: Config
+    #: The queues to serve, one consumer each.
     queues: Sequence[str]
+    #: Called with each Message: return → ack, ``Reject`` → dead letter, an exception → retry with backoff.
     handler: Handler
+    #: Handler threads (or child processes with ``processes``).
     concurrency: int = 1
+    #: Run the handler in child processes (CPU-bound work); needs ``handler_spec``.
     processes: bool = False
+    #: ``MODULE:FUNCTION`` of the handler, for the child processes to import.
     handler_spec: str = ""
     backoff: Backoff = field(default_factory=Backoff)
+    #: On SIGTERM/SIGINT or ``stop()``, how long running handlers get to finish.
     drain_timeout_s: float = 30.0
+    #: Then how long each consumer gets to write its last markers and leave its group.
     close_timeout_s: float = 10.0
+    #: A handler run longer than this is stopped and its message released (None: no limit).
     time_limit_s: float | None = None
+    #: What was done so far: acked, released, rejected, dead_lettered, … (``run()`` returns it too).
     counts: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -93,6 +105,7 @@ class Worker:
         self._lock = threading.Lock()
 
     def stop(self) -> None:
+        """Starts the drain, as SIGTERM does; ``run()`` returns once it is done. Safe from any thread."""
         self._stop.set()
 
     def run(self, install_signals: bool = True) -> Counter[str]:

@@ -123,6 +123,7 @@ class Consumer:
 
     @property
     def queue(self) -> str:
+        """The queue this consumer receives from."""
         return self._queue
 
     @property

@@ -11,6 +11,7 @@ from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import (
+    ClientIdInUseError,
     ConfigError,
     ConsumerClosedError,
     DeliveryError,
@@ -51,6 +52,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "Message",
     "MessageId",
     # errors (all rooted at KmqError; TimeLimitExceeded is a BaseException, like KeyboardInterrupt)
+    "ClientIdInUseError",
     "ConfigError",
     "ConsumerClosedError",
     "DeliveryError",

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import settings
 
 from tests.helpers import ConfigFactory, TopicFactory, unique
 from tests.kafka_plugin import (
@@ -20,6 +21,11 @@ from tests.kafka_plugin import (
 )
 
 __all__ = ["admin", "kafka_bootstrap", "pytest_collection_modifyitems", "pytest_configure", "pytest_unconfigure"]
+
+# Properties, not timings: a loaded machine (CI runs four tests at once beside a broker) must not fail an example
+# for taking 300 ms.
+settings.register_profile("kmq", deadline=None)
+settings.load_profile("kmq")
 
 
 @pytest.fixture

@@ -60,3 +60,15 @@ def release_first_then_ack(message: Message) -> None:
         message.release(0)
     else:
         message.ack()
+
+
+def block_until_released(message: Message) -> None:
+    """Notes the run, then blocks until the file $KMQTEST_RELEASE exists (at most 120 s; interruptible)."""
+    import os
+    from pathlib import Path
+
+    _note(message)
+    release = Path(os.environ["KMQTEST_RELEASE"])
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import pickle
 import signal
 import threading
 import traceback
@@ -131,7 +132,7 @@ class ProcessRunner:
         """Blocks until the child has imported the handler (or died: the next run reports it)."""
         if not self._ready and self._conn is not None:
             with contextlib.suppress(EOFError, OSError):
-                self._conn.recv()
+                self._conn.recv_bytes()
             self._ready = True
 
     def run(self, message: Message, limit_s: float | None) -> Outcome:
@@ -139,12 +140,12 @@ class ProcessRunner:
         conn = self._conn
         assert conn is not None
         try:
-            conn.send((message.payload, message.headers, message.queue, tuple(message.message_id),
-                       message.delivery_count, tuple(message.first_message_id), message.enqueued_at_ms))
+            _send(conn, (message.payload, message.headers, message.queue, tuple(message.message_id),
+                         message.delivery_count, tuple(message.first_message_id), message.enqueued_at_ms))
             if limit_s is not None and not conn.poll(limit_s):
                 self._replace()
                 return TIMED_OUT
-            outcome: Outcome | None = conn.recv()
+            outcome: Outcome | None = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             code = self._process.exitcode if self._process is not None else None
             if not self._stopping.is_set():
@@ -203,14 +204,14 @@ def _child_main(conn: Connection, spec: str) -> None:
     except KmqError as err:
         failure = Outcome("failed", str(err))
         handler = None
-    conn.send(None)  # ready
+    _send(conn, None)  # ready
     while True:
         try:
-            task = conn.recv()
+            task = pickle.loads(conn.recv_bytes())
         except EOFError:
             return
         if handler is None:
-            conn.send(failure)
+            _send(conn, failure)
             continue
         payload, headers, queue, message_id, count, first_id, enqueued_at_ms = task
         recorder = _Recorder()
@@ -219,4 +220,10 @@ def _child_main(conn: Connection, spec: str) -> None:
         outcome = _call(handler, message)
         if recorder.requested is not None:
             outcome = Outcome(outcome.kind, outcome.detail, outcome.traceback, recorder.requested)
-        conn.send(None if outcome is RETURNED else outcome)
+        _send(conn, None if outcome is RETURNED else outcome)
+
+
+def _send(conn: Connection, obj: object) -> None:
+    """``conn.send`` without building a ForkingPickler per message (a sixth of the parent's time in process mode):
+    the hand-off carries plain values only."""
+    conn.send_bytes(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))

@@ -2,9 +2,9 @@
 processes, beside the bare consumer loop (`receive()` + `ack()`, one thread) in the same run, in both marker formats.
 
 Each side runs in a process of its own with a tracker running (in the bench process), on a queue of its own with
-the jobs enqueued first. Rates are steady state: from the job that completes the first tenth to the last, so group
-joins and child-process start-up (32 spawned interpreters) are not measured. Writes
-bench-results/<timestamp>-worker/ and prints the table.
+the jobs enqueued first; each row's baseline runs right before it. Rates are steady state: from the job that
+completes the first tenth to the last, so group joins and child-process start-up (32 spawned interpreters) are not
+measured. Writes bench-results/<timestamp>-worker/ and prints the table.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from tests.bench.tracker_probe import TrackerProbe
 from tests.helpers import ROOT
 
 QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
-N_JOBS = 10_000 if QUICK else 20_000
+#: Jobs per run: at 50-100k jobs/s a thread run must last long enough to outweigh the machine's noise.
+N_THREAD_JOBS = 30_000 if QUICK else 100_000
+N_PROCESS_JOBS = 10_000 if QUICK else 20_000
 THREADS = (1, 8, 32)
 PROCESSES = (1, 8) if QUICK else (1, 8, 32)
 PARTITIONS = 6
@@ -112,25 +114,26 @@ def _rate(target: Any, args: tuple[Any, ...], n: int, timeout_s: float = 300) ->
     return (n - n // 10) / (end - tenth_at)
 
 
+def _measured(bootstrap: str, marker_format: str, target: Any, args: tuple[Any, ...], n: int) -> float:
+    config, queue = fresh(bootstrap, marker_format)
+    w.kmq_send(config, queue, n, 256, sync=False)
+    with TrackerProbe(config):
+        return _rate(target, (config, queue, *args), n)
+
+
 def worker_cases(bootstrap: str) -> list[Case]:
+    """Each row's baseline runs right before it, on as many jobs: the machine's speed drifts within a run."""
     cases: list[Case] = []
     runs = [("kmq", threads, False) for threads in THREADS] + [("kmq", p, True) for p in PROCESSES] + \
            [("kafka-mq-go", threads, False) for threads in THREADS]
-    baselines: dict[str, float] = {}
     for marker_format, concurrency, processes in runs:
-        if marker_format not in baselines:
-            config, queue = fresh(bootstrap, marker_format)
-            w.kmq_send(config, queue, N_JOBS, 256, sync=False)
-            with TrackerProbe(config):
-                baselines[marker_format] = _rate(_bare_loop, (config, queue), N_JOBS)
-        config, queue = fresh(bootstrap, marker_format)
-        w.kmq_send(config, queue, N_JOBS, 256, sync=False)
-        with TrackerProbe(config):
-            ours = _rate(_worker, (config, queue, concurrency, processes), N_JOBS)
+        n = N_PROCESS_JOBS if processes else N_THREAD_JOBS
+        baseline = _measured(bootstrap, marker_format, _bare_loop, (), n)
+        ours = _measured(bootstrap, marker_format, _worker, (concurrency, processes), n)
         mode = "child processes" if processes else "threads"
         cases.append(Case(f"kmq worker, 0 ms handler, {concurrency} {mode}, {marker_format} markers", "jobs/s",
-                          ours, baselines[marker_format], "consumer receive()+ack(), 1 thread",
-                          {"jobs": N_JOBS, "payload": 256, "partitions": PARTITIONS, "concurrency": concurrency,
+                          ours, baseline, "consumer receive()+ack(), 1 thread",
+                          {"jobs": n, "payload": 256, "partitions": PARTITIONS, "concurrency": concurrency,
                            "processes": processes, "tracker": "running"}))
     return cases
 

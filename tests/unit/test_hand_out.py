@@ -94,6 +94,7 @@ def test_room_is_bounded_by_the_buffer_and_by_the_in_flight_limit() -> None:
     assert out.room(starting=0, in_flight=48) == 2  # the in-flight limit
     out.limit = 5
     assert out.room(starting=0, in_flight=4) == 1
+    assert out.room(starting=0, in_flight=0) == 1, "4 buffered of 5, however few are in flight (at most once)"
 
 
 def test_the_limit_stays_between_one_and_max_in_flight() -> None:

@@ -136,7 +136,8 @@ class HandOut:
         """How many more messages the loop may Start, given ``starting`` ones Started and not yet buffered and
         ``in_flight`` ones not settled."""
         buffered = len(self._ready) + starting
-        return min(self.capacity - buffered, self._limit - in_flight)
+        # Buffered ones count against the limit on their own too: an at-most-once queue keeps no in-flight table.
+        return min(min(self.capacity, self._limit) - buffered, self._limit - in_flight)
 
     def usable_room(self, starting: int, in_flight: int) -> int:
         room = self.room(starting, in_flight)

@@ -35,11 +35,16 @@ class PrefetchWindow:
         self.mean_s: float | None = None
         self.size = concurrency
         self._on_change = on_change
+        #: Mean run times up to this give the maximum (a shortcut: this runs once per message).
+        spare = self.maximum - concurrency
+        self._full_up_to = concurrency * horizon_s / spare if spare else float("inf")
 
     def observe(self, run_s: float) -> None:
         """A handler run of this queue took ``run_s`` seconds."""
         mean = self.mean_s
-        self.mean_s = run_s if mean is None else mean + self.alpha * (run_s - mean)
+        self.mean_s = mean = run_s if mean is None else mean + self.alpha * (run_s - mean)
+        if mean <= self._full_up_to and self.size == self.maximum:
+            return
         self._resize()
 
     def at_least(self, running_s: float) -> None:

@@ -218,12 +218,14 @@ class Worker:
 
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
         queue = msg.queue
-        limit = msg.time_limit or self.time_limit_s
-        tally = slot.tallies[queue]
+        limit = self.time_limit_s
         due_ms = msg.enqueued_at_ms
-        deliver_at = msg.headers.get(HEADER_DELIVER_AT)
-        if deliver_at:
-            due_ms = max(due_ms, int(deliver_at))
+        if msg.headers:  # most messages have none: skip the look-ups
+            limit = msg.time_limit or limit
+            deliver_at = msg.headers.get(HEADER_DELIVER_AT)
+            if deliver_at:
+                due_ms = max(due_ms, int(deliver_at))
+        tally = slot.tallies[queue]
         tally.waits.observe(max(0.0, time.time() - due_ms / 1000))
         slot.since = started = time.perf_counter()
         slot.queue = queue

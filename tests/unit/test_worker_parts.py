@@ -29,6 +29,7 @@ def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, 
     for run_s in runs:
         window.observe(run_s)
         assert concurrency <= window.size <= max(concurrency, maximum)
+        assert window.mean_s is not None and window.size == window.size_for(window.mean_s)
     assert sizes == [] or sizes[-1] == window.size
 
 

@@ -138,12 +138,10 @@ class Worker:
         consumers: list[Consumer] = []
         try:
             for q in self.queues:
-                consumer = Consumer(self.config, validate_queue_name(q))
-                # Before its first Start (the group join takes far longer than this): hold no more than the
-                # threads run until the handlers' run time is known.
-                window = PrefetchWindow(self.concurrency, self.config.max_in_flight, _limit_setter(consumer))
-                consumer.max_in_flight = window.size
-                self._windows[consumer.queue] = window
+                # From its first Start: hold no more than the threads run until the handlers' run time is known.
+                consumer = Consumer(self.config, validate_queue_name(q), max_in_flight=self.concurrency)
+                self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
+                                                               _limit_setter(consumer))
                 self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
                 consumers.append(consumer)
         except BaseException:

@@ -48,10 +48,11 @@ class Consumer:
 
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
-    outstanding markers, commits and leaves the group.
+    outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
+    lower than ``config.max_in_flight`` (see the property of that name).
     """
 
-    def __init__(self, config: Config, queue: str) -> None:
+    def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None) -> None:
         self._config = config
         self._queue = queue
         self._key = queue.encode()
@@ -65,6 +66,8 @@ class Consumer:
         self._purged_up_to = 0
         #: The ready buffer and its back-pressure.
         self._out = HandOut(config.receive_buffer_capacity, config.max_in_flight)
+        if max_in_flight is not None:  # before the loop starts: its first Starts already keep to it
+            self._out.limit = max_in_flight
         #: Messages read before their due time and held until it (loop thread).
         self._due = DueTimes()
         self._keep_alive_s = config.keep_alive_interval_ms / 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
@@ -20,6 +20,7 @@ from tests.markers_io import wait_for
 # --- the prefetch window ------------------------------------------------------------------------------------------
 
 
+@settings(deadline=None)  # a loaded machine may stall one example
 @given(concurrency=st.integers(1, 64), maximum=st.integers(1, 5_000),
        runs=st.lists(st.floats(0, 1_000, allow_nan=False), min_size=1, max_size=30))
 def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, maximum: int,
@@ -33,6 +34,7 @@ def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, 
     assert sizes == [] or sizes[-1] == window.size
 
 
+@settings(deadline=None)
 @given(concurrency=st.integers(1, 64), a=st.floats(1e-6, 1e4), b=st.floats(1e-6, 1e4))
 def test_slower_runs_never_give_a_larger_window(concurrency: int, a: float, b: float) -> None:
     window = PrefetchWindow(concurrency, 2_000, lambda size: None)

@@ -67,3 +67,15 @@ def note_a_long_run(message: Message) -> None:
     _note(message, event="start", at=time.time())
     time.sleep(6)
     _note(message, event="end", at=time.time())
+
+
+def block_until_released(message: Message) -> None:
+    """Notes the run, then blocks until the file $KMQTEST_RELEASE exists (at most 120 s; interruptible)."""
+    import os
+    from pathlib import Path
+
+    _note(message)
+    release = Path(os.environ["KMQTEST_RELEASE"])
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

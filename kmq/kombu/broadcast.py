@@ -28,7 +28,7 @@ import structlog
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from kmq import Config, KafkaClientError
+from kmq import Config, KafkaClientError, wire
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -208,7 +208,7 @@ class Subscribers:
         ready = self._ready.setdefault(queue, deque())
         deadline = time.monotonic() + timeout_s
         while not ready:
-            now_ms = int(time.time() * 1000)
+            now_ms = wire.now_ms()
             for record in self._readers[queue].poll():
                 if not record.expired(now_ms) and queue in route(record.exchange.removeprefix(self._prefix),
                                                                  record.routing_key):

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 from kombu.transport import virtual
 
-from kmq import Consumer, ConsumerClosedError, KmqError, Message, MessageSettledError, Service
+from kmq import Consumer, ConsumerClosedError, KmqError, Message, MessageSettledError, Service, wire
 from kmq.kombu import broadcast, envelope, queue_size
 from kmq.kombu.producers import POOL
 
@@ -117,7 +117,7 @@ class Channel(virtual.Channel):
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: Any, queue: str) -> None:
         """Bindings stay in this process (kombu's state); a subscriber reads broadcasts from when it bound."""
-        self.connection.kmq_bound_at.setdefault(queue, int(time.time() * 1000))
+        self.connection.kmq_bound_at.setdefault(queue, wire.now_ms())
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
         if kwargs.get("auto_delete") or kwargs.get("exclusive"):
@@ -212,7 +212,7 @@ class Channel(virtual.Channel):
 
     def _subscription(self, queue: str) -> None:
         exchanges = {b.exchange for b in self.state.queue_bindings(queue) if b.exchange}
-        since_ms = self.connection.kmq_bound_at.get(queue) or int(time.time() * 1000)
+        since_ms = self.connection.kmq_bound_at.get(queue) or wire.now_ms()
         self._subscribers.open(queue, exchanges, since_ms)
 
     # --- settle --------------------------------------------------------------------------------------------

@@ -1,16 +1,15 @@
-"""Worker: runs a handler over one or more queues. Return → ack; ``Reject`` → reject; any other exception, or a
-run past its time limit → release with exponential backoff and jitter, or dead letter once the message has had
-``max_deliveries``.
+"""Worker: runs a handler over one or more queues with ``concurrency`` threads (or child processes).
 
-Concurrency is threads by default; ``processes=True`` gives each thread a child process that runs the handler
-(CPU-bound work; a child past its time limit is killed and replaced). SIGTERM/SIGINT drain: no new messages,
-running handlers finish (up to ``drain_timeout_s``), prefetched messages no handler saw are given back (their
-delivery count unchanged); then each consumer closes within ``close_timeout_s``.
+The run loop: one consumer per queue fills its ready buffer ahead; the Dispatcher gives each thread one message
+when it is free (``dispatch``); the thread runs the handler (``handler_runner``, under ``time_limit``) and settles
+the message (``settle``); each queue's PrefetchWindow (``prefetch``) bounds what its consumer holds, from how long
+the handlers take. SIGTERM/SIGINT drain: no new messages, running handlers finish (up to ``drain_timeout_s``),
+buffered messages no handler saw are given back (their delivery count unchanged); then each consumer closes within
+``close_timeout_s``.
 """
 
 from __future__ import annotations
 
-import random
 import signal
 import threading
 import time
@@ -28,36 +27,20 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
 from kmq.metrics_http import BrokerProbe, serve
-from kmq.wire import validate_queue_name
-from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner, load_handler
-from kmq.worker.metrics import WorkerMetrics
+from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
+from kmq.worker.dispatch import Dispatcher
+from kmq.worker.handler_runner import Handler, ProcessRunner, ThreadRunner, load_handler
+from kmq.worker.metrics import ThreadSlot, WorkerMetrics
+from kmq.worker.prefetch import PrefetchWindow
+from kmq.worker.settle import Backoff, SettlePolicy
 from kmq.worker.time_limit import TimeLimits, Watch
 
 __all__ = ["Backoff", "Handler", "Worker", "load_handler"]
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-#: Past the drain timeout, how often a thread still running a handler is reported.
-STUCK_REPORT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Backoff:
-    """Delay before retrying a failed message: base·2^(n-1), capped at ``max_s``, with equal jitter."""
-
-    #: Seconds before the first retry (``--backoff-base``).
-    base_s: float = 1.0
-    #: The longest retry delay in seconds (``--backoff-max``).
-    max_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.base_s <= self.max_s:
-            raise ConfigError("backoff", f"needs 0 <= base <= max, got base {self.base_s} s, max {self.max_s} s")
-
-    def delay_s(self, delivery_count: int) -> float:
-        """The delay before retrying a message that failed on its ``delivery_count``-th delivery."""
-        ceiling = min(self.max_s, self.base_s * 2.0 ** max(0, delivery_count - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+#: How often the run loop looks at its threads (alive? all busy for how long?).
+TICK_S = 0.2
 
 
 @dataclass
@@ -100,13 +83,17 @@ class Worker:
             raise ConfigError("time_limit_s", f"must be a positive number of seconds, got {self.time_limit_s}")
         if self.processes and not self.handler_spec:
             raise ConfigError("handler_spec", "processes=True needs MODULE:FUNCTION to import in the children")
-        self.metrics = WorkerMetrics()
+        self.metrics = WorkerMetrics(self.queues)
+        self._settle = SettlePolicy(self.config, self.backoff, self.metrics, self.counts, self.processes)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._dispatcher: Dispatcher | None = None
+        self._windows: dict[str, PrefetchWindow] = {}
 
     def stop(self) -> None:
         """Starts the drain, as SIGTERM does; ``run()`` returns once it is done. Safe from any thread."""
         self._stop.set()
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
 
     def run(self, install_signals: bool = True) -> Counter[str]:
         """Processes messages until ``stop()`` (or SIGTERM/SIGINT); returns counts of acked, released, …"""
@@ -117,40 +104,30 @@ class Worker:
 
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        # Prefetch a few messages per thread: a Start batch and a commit cost the same for 1 or 32 records.
-        prefetch = min(self.config.max_in_flight, max(32, self.concurrency * 8))
-        config = self.config.replace(max_in_flight=prefetch,
-                                     receive_buffer_capacity=min(self.config.receive_buffer_capacity, prefetch))
         # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire redeliveries.
         check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
-        consumers: list[Consumer] = []
-        try:
-            for q in self.queues:
-                consumers.append(Consumer(config, validate_queue_name(q)))
-        except BaseException:
-            for consumer in consumers:
-                consumer.close(self.close_timeout_s)
-            raise
-        for consumer in consumers:
-            self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
+        consumers = self._open_consumers()
         server = self._serve_metrics(consumers[0]) if self.config.metrics_port else None
         time_limits = TimeLimits(self._time_limit_expired)
         runners = [ProcessRunner(self.handler_spec, self._stop) if self.processes
                    else ThreadRunner(self.handler, time_limits) for _ in range(self.concurrency)]
+        self.metrics.slots = slots = [ThreadSlot(f"kmq-worker-{i}", self.queues) for i in range(self.concurrency)]
+        self._dispatcher = Dispatcher(consumers)
+        if self._stop.is_set():
+            self._dispatcher.stop()
         # Daemon threads: a handler still running after the drain timeout must not keep the process alive.
-        # Each thread takes a few messages per receive: fewer wake-ups, and the rest stay with the other threads.
-        batch = max(1, min(8, prefetch // (2 * self.concurrency)))
-        threads = [threading.Thread(target=self._serve, args=(consumers, i, runners[i], batch),
-                                    name=f"kmq-worker-{i}", daemon=True) for i in range(self.concurrency)]
+        threads = [threading.Thread(target=self._serve, args=(slots[i], runners[i]), name=slots[i].name,
+                                    daemon=True) for i in range(self.concurrency)]
         for thread in threads:
             thread.start()
         log.info("worker_started", queues=list(self.queues), concurrency=self.concurrency,
                  processes=self.processes, time_limit_s=self.time_limit_s)
         try:
-            while not self._stop.wait(0.2):
+            while not self._stop.wait(TICK_S):
                 if not any(t.is_alive() for t in threads):
                     break
-            self._stop.set()
+                self._floor_windows(slots)
+            self.stop()
             self._drain(threads)
         finally:
             time_limits.close()
@@ -166,6 +143,35 @@ class Worker:
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
                 f"{self.config.marker_topic!r}: those messages will be delivered again", undelivered)
         return self.counts
+
+    def _open_consumers(self) -> list[Consumer]:
+        consumers: list[Consumer] = []
+        try:
+            for q in self.queues:
+                # From its first Start: hold no more than the threads run until the handlers' run time is known.
+                consumer = Consumer(self.config, validate_queue_name(q), max_in_flight=self.concurrency)
+                self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
+                                                               _limit_setter(consumer))
+                self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
+                consumers.append(consumer)
+        except BaseException:
+            for consumer in consumers:
+                consumer.close(self.close_timeout_s)
+            raise
+        return consumers
+
+    def _floor_windows(self, slots: list[ThreadSlot]) -> None:
+        """All threads busy: what they have been running for is a floor on each queue's run time, so a switch to
+        slow jobs shrinks the window before the first of them ends."""
+        now = time.perf_counter()
+        running: dict[str, float] = {}
+        for slot in slots:
+            queue, since = slot.queue, slot.since
+            if queue is None:
+                return
+            running[queue] = min(running.get(queue, now - since), now - since)
+        for queue, seconds in running.items():
+            self._windows[queue].at_least(seconds)
 
     def _drain(self, threads: list[threading.Thread]) -> None:
         deadline = time.monotonic() + self.drain_timeout_s
@@ -199,127 +205,58 @@ class Worker:
 
     # --- a worker thread --------------------------------------------------------------------------------------
 
-    def _serve(self, consumers: list[Consumer], index: int, runner: ThreadRunner | ProcessRunner,
-               batch: int) -> None:
-        turn = index
-        while not self._stop.is_set():
-            consumer = consumers[turn % len(consumers)]
-            turn += 1
+    def _serve(self, slot: ThreadSlot, runner: ThreadRunner | ProcessRunner) -> None:
+        assert self._dispatcher is not None
+        next_message = self._dispatcher.next
+        runner.wait_ready()
+        while True:
             try:
-                messages = consumer.receive_many(batch, 0.2 if len(consumers) > 1 else 0.5)
+                msg = next_message()
             except KmqError as err:
-                log.error("worker_consumer_failed", queue=consumer.queue, error=str(err))
-                self._stop.set()
+                log.error("worker_consumer_failed", error=str(err))
+                self.stop()
                 return
-            for i, msg in enumerate(messages):
-                # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
-                if self._stop.is_set() and consumer.queue not in self.config.at_most_once_queues:
-                    self._give_back(messages[i:])
-                    break
-                self._handle(msg, runner)
+            if msg is None:
+                return
+            # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
+            if self._stop.is_set() and msg.queue not in self.config.at_most_once_queues:
+                self._settle.give_back(msg)
+                continue
+            self._handle(msg, runner, slot)
 
-    def _give_back(self, messages: list[Message]) -> None:
-        for msg in messages:
-            self._settle(msg, "returned", msg.give_back)
-
-    def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner) -> None:
+    def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
         queue = msg.queue
-        limit = msg.time_limit or self.time_limit_s
-        self.metrics.in_progress.labels(queue).inc()
-        started = time.perf_counter()
+        limit = self.time_limit_s
+        due_ms = msg.enqueued_at_ms
+        if msg.headers:  # most messages have none: skip the look-ups
+            limit = msg.time_limit or limit
+            deliver_at = msg.headers.get(HEADER_DELIVER_AT)
+            if deliver_at:
+                due_ms = max(due_ms, int(deliver_at))
+        tally = slot.tallies[queue]
+        tally.waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
+        slot.since = started = time.perf_counter()
+        slot.queue = queue
         try:
             outcome = runner.run(msg, limit)
         finally:
-            self.metrics.in_progress.labels(queue).dec()
-            self.metrics.duration.labels(queue).observe(time.perf_counter() - started)
-            self.metrics.processed.labels(queue).inc()
-        self._settle_outcome(msg, outcome, limit)
-
-    def _settle_outcome(self, msg: Message, outcome: Outcome, limit: float | None) -> None:
-        if outcome.kind == "timed_out":
-            if not msg.settled:  # a child process past its limit (a thread's message the watchdog settled)
-                self._timed_out(msg, limit)
-            return
-        if outcome.settled is not None:  # the handler settled it in a child process
-            self._apply_requested(msg, outcome)
-        elif msg.settled:  # the handler settled it itself
-            with self._lock:
-                self.counts[_SETTLED_AS.get(msg._settled_as, msg._settled_as)] += 1
-        elif outcome.kind == "returned":
-            self._settle(msg, "acked", msg.ack)
-        elif outcome.kind == "rejected":
-            self.metrics.rejects.labels(msg.queue).inc()
-            log.warning("message_rejected", queue=msg.queue, message_id=str(msg.message_id),
-                        reason=outcome.detail)
-            if self._settle(msg, "rejected", lambda: msg.reject(outcome.detail)):
-                self.metrics.dead_letters.labels(msg.queue).inc()  # a reject lands on the dead-letter topic too
-            return
-        if outcome.kind == "failed":
-            self.metrics.errors.labels(msg.queue).inc()
-            if not msg.settled:
-                self._failed(msg, outcome.detail, outcome.traceback)
-            else:
-                log.warning("handler_failed_after_settling", queue=msg.queue, message_id=str(msg.message_id),
-                            settled_as=msg._settled_as, error=outcome.detail, traceback=outcome.traceback)
-
-    def _apply_requested(self, msg: Message, outcome: Outcome) -> None:
-        assert outcome.settled is not None
-        how, arg = outcome.settled
-        if how == "ack":
-            self._settle(msg, "acked", msg.ack)
-        elif how == "release":
-            self._settle(msg, "released", lambda: msg.release(arg))
-        elif how == "reject":
-            self._settle(msg, "rejected", lambda: msg.reject(arg))
-        else:
-            self._settle(msg, "returned", msg.give_back)
+            slot.queue = None
+            ran = time.perf_counter() - started
+            tally.durations.observe(ran)
+        self._windows[queue].observe(ran)
+        self._settle.settle(msg, outcome, limit)
 
     def _time_limit_expired(self, watch: Watch) -> None:
         """On the watchdog thread: the handler's thread is interrupted right after this."""
-        self._timed_out(watch.message, watch.limit_s)
-
-    def _timed_out(self, msg: Message, limit: float | None) -> None:
-        self.metrics.errors.labels(msg.queue).inc()
-        self.metrics.time_limits.labels(msg.queue).inc()
-        with self._lock:
-            self.counts["timed_out"] += 1
-        how = "the handler's process is killed and replaced" if self.processes else \
-            "the handler's thread is interrupted (a handler blocked in a C call keeps its thread until it returns)"
-        self._failed(msg, f"TimeLimitExceeded: the handler ran past its time limit of {limit} s; {how}", "")
-
-    def _failed(self, msg: Message, error: str, trace: str) -> None:
-        limit = self.config.max_deliveries
-        if msg.queue in self.config.at_most_once_queues:
-            limit = 1  # no retry: nothing would deliver it again
-        if limit and msg.delivery_count >= limit:
-            reason = f"failed {msg.delivery_count} time(s), last: {error}"
-            log.error("message_dead_lettered", queue=msg.queue, message_id=str(msg.message_id),
-                      first_message_id=str(msg.first_message_id), delivery_count=msg.delivery_count,
-                      error=error, traceback=trace)
-            if self._settle(msg, "dead_lettered", lambda: msg.reject(reason)):
-                self.metrics.dead_letters.labels(msg.queue).inc()
-            return
-        delay = self.backoff.delay_s(msg.delivery_count)
-        log.warning("handler_failed", queue=msg.queue, message_id=str(msg.message_id),
-                    delivery_count=msg.delivery_count, retry_in_s=round(delay, 2), error=error, traceback=trace)
-        if self._settle(msg, "released", lambda: msg.release(delay)):
-            self.metrics.retries.labels(msg.queue).inc()
-
-    def _settle(self, msg: Message, outcome: str, action: Callable[[], None]) -> bool:
-        try:
-            action()
-        except KmqError as err:
-            log.warning("settle_failed", queue=msg.queue, message_id=str(msg.message_id), outcome=outcome,
-                        error=str(err))
-            return False
-        with self._lock:
-            self.counts[outcome] += 1
-        return True
+        self._settle.timed_out(watch.message, watch.limit_s)
 
 
 def _in_flight_of(consumer: Consumer) -> Callable[[], float]:
     return lambda: consumer.in_flight
 
 
-#: Message._settled_as (what the handler called) → the count it goes to.
-_SETTLED_AS = {"ack": "acked", "release": "released", "reject": "rejected", "give back": "returned"}
+def _limit_setter(consumer: Consumer) -> Callable[[int], None]:
+    def set_limit(size: int) -> None:
+        consumer.max_in_flight = size
+
+    return set_limit

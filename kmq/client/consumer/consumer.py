@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 
 import structlog
@@ -24,8 +23,8 @@ from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, GroupClient, KafkaClients
 from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome
-from kmq._util import take_all
 from kmq.client.consumer.due_times import DueTimes
+from kmq.client.consumer.hand_out import HandOut
 from kmq.client.consumer.identity import ClientIdentity
 from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
@@ -49,10 +48,12 @@ class Consumer:
 
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
-    outstanding markers, commits and leaves the group.
+    outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
+    lower than ``config.max_in_flight`` (see the property of that name).
     """
 
-    def __init__(self, config: Config, queue: str, *, clients: ClientFactory | None = None) -> None:
+    def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
+                 clients: ClientFactory | None = None) -> None:
         clients = clients or KafkaClients()
         self._config = config
         self._queue = queue
@@ -63,21 +64,19 @@ class Consumer:
         self._stop = threading.Event()
         self._last_client_warning = 0.0
         self._purged_up_to = 0
-        self._ready: deque[Message] = deque()
+        #: The ready buffer and its back-pressure.
+        self._out = HandOut(config.receive_buffer_capacity, config.max_in_flight)
+        if max_in_flight is not None:  # before the loop starts: its first Starts already keep to it
+            self._out.limit = max_in_flight
         #: Messages read before their due time and held until it (loop thread).
         self._due = DueTimes()
-        self._ready_cond = threading.Condition()
-        self._room_freed = threading.Event()
-        self._waiting_for_room = False
-        self._wake_countdown = 0
-        self._quarter = max(1, min(config.receive_buffer_capacity, config.max_in_flight) // 4)
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
             _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
         instance_id = _kafka.instance_id()
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
-        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
+        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._out.wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
         self._at_most_once = queue in config.at_most_once_queues
         self._settler: InFlightMessages | AtMostOnceMessages = (
@@ -158,15 +157,10 @@ class Consumer:
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, or None after ``timeout`` seconds (None waits for ever)."""
-        if self._ready and not self._closed and self._fatal is None:
-            try:  # the common case under load, without the waiting machinery
-                message = self._ready.popleft()
-            except IndexError:
-                pass
-            else:
-                self._wake_loop()
-                if not (self._purged_up_to and message._settled_as):  # else purged while buffered
-                    return message
+        if self._out and not self._closed and self._fatal is None:
+            message = self._out.take_one()  # the common case under load, without the waiting machinery
+            if message is not None and not (self._purged_up_to and message._settled_as):  # else purged meanwhile
+                return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
 
@@ -175,30 +169,37 @@ class Consumer:
         if max_messages < 1:
             raise ValueError(f"max_messages must be at least 1, got {max_messages}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        ready = self._ready
         while True:
             if self._fatal is not None:
                 raise self._fatal
             if self._closed:
                 raise ConsumerClosedError(f"consumer of queue {self._queue!r} is closed")
-            got: list[Message] = []
-            try:
-                while len(got) < max_messages:
-                    got.append(ready.popleft())
-            except IndexError:
-                pass
+            got = self._out.take(max_messages)
+            if got and self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
+                got = [m for m in got if not m._settled_as]
             if got:
-                self._wake_loop()
-                if self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
-                    got = [m for m in got if not m._settled_as]
-                if got:
-                    return got
+                return got
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            with self._ready_cond:
-                if not ready:
-                    self._ready_cond.wait(min(0.2, remaining))
+            self._out.wait(min(0.2, remaining))
+
+    def on_ready(self, listener: Callable[[int], None]) -> None:
+        """Calls ``listener(n)`` on the consumer's thread each time ``n`` messages become ready to receive, and
+        ``listener(0)`` when the consumer fails or closes: lets one thread wait on several consumers at once. The
+        listener must be quick and must not raise."""
+        self._out.add_listener(listener)
+
+    @property
+    def max_in_flight(self) -> int:
+        """Most messages this consumer holds unsettled (Started, buffered or handed out): ``config.max_in_flight``
+        unless lowered. A worker lowers it while its handlers are slow, so it does not hold more than its threads
+        will soon run; set values are kept within 1 and ``config.max_in_flight``."""
+        return self._out.limit
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int) -> None:
+        self._out.limit = value
 
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
@@ -245,10 +246,8 @@ class Consumer:
             # Batches whose Starts are on the wire: commit them, so they are given back below, not read again.
             self._pipeline.advance(block=True, timeout_s=min(left(), self._pipeline.start_timeout_s))
         self._closed = True
-        with self._ready_cond:
-            # Popped one by one (atomic): a message a racing receive got is not counted as never received.
-            never_received = {m.message_id for m in [*take_all(self._ready), *self._due.take_all()]}
-            self._ready_cond.notify_all()
+        # Popped one by one (atomic): a message a racing receive got is not counted as never received.
+        never_received = {m.message_id for m in [*self._out.close(), *self._due.take_all()]}
         unsettled = self._in_flight.close()
         for message_id in unsettled:
             if message_id in never_received:
@@ -301,15 +300,6 @@ class Consumer:
             if purged:
                 self._log.info("purged_in_flight", purged=purged, before_ms=before)
 
-    def _wake_loop(self) -> None:
-        """After a receive or a settle: wakes the loop once enough room is free (a quarter of the buffer), not
-        once per message, and without computing the room here (this runs once or twice per message)."""
-        if self._waiting_for_room:
-            self._wake_countdown -= 1  # not atomic: a lost decrement only makes the loop wait for its timeout
-            if self._wake_countdown <= 0:
-                self._waiting_for_room = False  # one set() is enough; the next callers skip it
-                self._room_freed.set()
-
     # --- background: the poll loop (owns the Kafka consumer) --------------------------------------------
 
     def _loop(self) -> None:
@@ -326,8 +316,7 @@ class Consumer:
                 self._log.warning("consumer_poll_error", error=str(wrapped))
                 time.sleep(0.2)
         if self._fatal is not None:
-            with self._ready_cond:
-                self._ready_cond.notify_all()
+            self._out.wake_all()
 
     def _poll_once(self) -> None:
         if self._due:
@@ -340,7 +329,7 @@ class Consumer:
         if next_due_s is not None:
             wait_s = min(wait_s, next_due_s)
         if room <= 0 and not self._pipeline:
-            self._wait_for_room()
+            self._out.wait_for_room(self._usable_room, self._room)
             wait_s = 0.0
         self._intake.fetch(wait_s)  # may run rebalance callbacks
         started = False
@@ -358,25 +347,10 @@ class Consumer:
         return bool(state.paused_until) and state.paused(self._queue, wire.now_ms())
 
     def _room(self) -> int:
-        buffered = len(self._ready) + self._pipeline.waiting
-        return min(self._config.receive_buffer_capacity - buffered, self._config.max_in_flight - self.in_flight)
+        return self._out.room(self._pipeline.waiting, self.in_flight)
 
     def _usable_room(self) -> int:
-        room = self._room()
-        # A Start batch and a commit cost the same for 1 record or 100: while the workers still have buffered
-        # messages to get through, wait for a quarter of the room instead of Starting records one by one.
-        if 0 < room < self._quarter and self._ready:
-            return 0
-        return room
-
-    def _wait_for_room(self) -> None:
-        # Full: sleep until messages are received or settled, but still poll (the group must not evict us).
-        self._wake_countdown = self._quarter - max(0, self._room())
-        self._waiting_for_room = True
-        if self._usable_room() <= 0:  # re-check: a settle before the flag was set would not wake us
-            self._room_freed.wait(0.1)
-        self._waiting_for_room = False
-        self._room_freed.clear()
+        return self._out.usable_room(self._pipeline.waiting, self.in_flight)
 
     def _to_message(self, record: Record) -> Message:
         return to_message(record, self._queue, self._settler,  # type: ignore[arg-type]
@@ -397,9 +371,7 @@ class Consumer:
         for message in expired:
             self._settler.expire(message, dead_letter=self._config.expired_messages == "dead-letter")
         if ready:
-            with self._ready_cond:
-                self._ready.extend(ready)
-                self._ready_cond.notify_all()
+            self._out.put(ready)
 
     def _commit(self, offsets: Mapping[TopicPartitionKey, int],
                 attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:

@@ -1,0 +1,72 @@
+"""Dispatcher: feeds a worker's free threads from its consumers, one message at a time.
+
+A thread asks for a message only when it is free, and takes it from the consumers' ready buffers (shared and
+thread-safe, filled ahead by each consumer's loop): no thread ever holds a message it is not running while
+another thread is idle, as in Dramatiq's model. With several queues a thread looks at each in turn (starting
+where the last look stopped, so none is favoured) and, finding nothing, waits on all of them at once: every
+consumer tells the dispatcher when messages became ready (``Consumer.on_ready``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from kmq.client.consumer import Consumer
+from kmq.client.message import Message
+
+#: The longest a waiting thread sleeps between looks (a safety net: a put always wakes it).
+WAIT_S = 0.5
+
+
+class Dispatcher:
+    """``next()`` from any number of worker threads; ``stop()`` makes every ``next()`` return None."""
+
+    def __init__(self, consumers: Sequence[Consumer]) -> None:
+        self._consumers = list(consumers)
+        self._cond = threading.Condition()
+        #: Bumped by every put: a thread that looked and found nothing sleeps only if no put came since.
+        self._generation = 0
+        self._turn = 0
+        self.stopped = False
+        for consumer in self._consumers:
+            consumer.on_ready(self._ready)
+
+    def next(self) -> Message | None:
+        """The next message of any queue, as soon as there is one; None once stopped. Raises the KmqError of a
+        consumer that failed."""
+        consumers = self._consumers
+        single = consumers[0] if len(consumers) == 1 else None
+        while not self.stopped:
+            generation = self._generation
+            message = single.receive(0) if single is not None else self._look(consumers)
+            if message is not None:
+                return message
+            with self._cond:
+                if self._generation == generation and not self.stopped:
+                    self._cond.wait(WAIT_S)
+        return None
+
+    def stop(self) -> None:
+        self.stopped = True
+        with self._cond:
+            self._cond.notify_all()
+
+    def _look(self, consumers: list[Consumer]) -> Message | None:
+        turn = self._turn
+        self._turn = turn + 1  # not atomic: a lost increment only repeats a starting point
+        count = len(consumers)
+        for i in range(count):
+            message = consumers[(turn + i) % count].receive(0)
+            if message is not None:
+                return message
+        return None
+
+    def _ready(self, count: int) -> None:
+        """On a consumer's loop thread: ``count`` messages became ready (0: it failed or closes)."""
+        with self._cond:
+            self._generation += 1
+            if count:
+                self._cond.notify(count)
+            else:
+                self._cond.notify_all()

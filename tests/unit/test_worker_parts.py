@@ -1,0 +1,153 @@
+"""The worker's parts without a broker: the prefetch window, the dispatcher over fake consumers, the per-thread
+metrics as Prometheus exposes them."""
+
+from __future__ import annotations
+
+import threading
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from kmq.client.consumer.hand_out import HandOut
+from kmq.client.message import Message
+from kmq.wire import MessageId
+from kmq.worker.dispatch import Dispatcher
+from kmq.worker.metrics import ThreadSlot, WorkerMetrics
+from kmq.worker.prefetch import PrefetchWindow
+from tests.markers_io import wait_for
+
+# --- the prefetch window ------------------------------------------------------------------------------------------
+
+
+@settings(deadline=None)  # a loaded machine may stall one example
+@given(concurrency=st.integers(1, 64), maximum=st.integers(1, 5_000),
+       runs=st.lists(st.floats(0, 1_000, allow_nan=False), min_size=1, max_size=30))
+def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, maximum: int,
+                                                              runs: list[float]) -> None:
+    sizes: list[int] = []
+    window = PrefetchWindow(concurrency, maximum, sizes.append)
+    for run_s in runs:
+        window.observe(run_s)
+        assert concurrency <= window.size <= max(concurrency, maximum)
+        assert window.mean_s is not None and window.size == window.size_for(window.mean_s)
+    assert sizes == [] or sizes[-1] == window.size
+
+
+@settings(deadline=None)
+@given(concurrency=st.integers(1, 64), a=st.floats(1e-6, 1e4), b=st.floats(1e-6, 1e4))
+def test_slower_runs_never_give_a_larger_window(concurrency: int, a: float, b: float) -> None:
+    window = PrefetchWindow(concurrency, 2_000, lambda size: None)
+    fast, slow = sorted((a, b))
+    assert window.size_for(slow) <= window.size_for(fast)
+
+
+def test_slow_handlers_hold_only_what_runs_and_fast_ones_get_the_whole_pipeline() -> None:
+    window = PrefetchWindow(8, 2_000, lambda size: None, horizon_s=0.25)
+    assert window.size == 8, "nothing known yet: no more than the threads run"
+    window.observe(100.0)
+    assert window.size == 8
+    window.observe(0.0001)
+    for _ in range(60):
+        window.observe(0.0001)
+    assert window.size == 2_000
+    assert PrefetchWindow(8, 2_000, lambda size: None).size_for(0.1) == 8 + 20  # 0.25 s of 8 threads' work
+
+
+def test_a_run_still_going_shrinks_the_window_before_it_ends() -> None:
+    sizes: list[int] = []
+    window = PrefetchWindow(4, 2_000, sizes.append)
+    window.at_least(5.0)
+    assert sizes == [] and window.size == 4, "before any run ended there is nothing to shrink"
+    window.observe(0.001)
+    assert window.size == 4 + 1000
+    window.at_least(10.0)
+    assert window.size == 4 and sizes == [1004, 4]
+    window.at_least(0.5)  # shorter than the mean: no news
+    assert window.size == 4
+
+
+# --- the dispatcher -----------------------------------------------------------------------------------------------
+
+
+class FakeConsumer:
+    """A Consumer's receive(0) and on_ready over a HandOut."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.out = HandOut(capacity=1_000, max_in_flight=1_000)
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        return self.out.take_one()
+
+    def on_ready(self, listener: object) -> None:
+        self.out.add_listener(listener)  # type: ignore[arg-type]
+
+    def put(self, first: int, n: int) -> None:
+        self.out.put([Message(b"", {}, self.queue, MessageId(0, i), 1, MessageId(0, i), 0,
+                              _settler=None)  # type: ignore[arg-type]
+                      for i in range(first, first + n)])
+
+
+def test_waiting_threads_wake_for_any_queue_and_take_one_message_each() -> None:
+    consumers = [FakeConsumer("a"), FakeConsumer("b")]
+    dispatcher = Dispatcher(consumers)  # type: ignore[arg-type]
+    got: list[Message] = []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def thread() -> None:
+        while (message := dispatcher.next()) is not None:
+            with lock:
+                got.append(message)
+            release.wait(30)  # a busy thread: it takes nothing more meanwhile
+
+    threads = [threading.Thread(target=thread) for _ in range(4)]
+    for t in threads:
+        t.start()
+    consumers[1].put(0, 1)
+    consumers[0].put(0, 2)
+    assert wait_for(lambda: len(got) == 3, timeout_s=10)
+    consumers[1].put(1, 5)
+    assert wait_for(lambda: len(got) == 4, timeout_s=10)
+    assert sorted(m.queue for m in got) == ["a", "a", "b", "b"], "one message per free thread"
+    assert len(consumers[1].out) == 4
+    release.set()
+    assert wait_for(lambda: len(got) == 8, timeout_s=10)
+    dispatcher.stop()
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), "stop() must end every next()"
+
+
+def test_looks_at_the_queues_in_turn() -> None:
+    consumers = [FakeConsumer("a"), FakeConsumer("b")]
+    dispatcher = Dispatcher(consumers)  # type: ignore[arg-type]
+    consumers[0].put(0, 10)
+    consumers[1].put(0, 10)
+    taken = [dispatcher.next() for _ in range(10)]
+    assert sorted(m.queue for m in taken if m is not None) == ["a"] * 5 + ["b"] * 5
+
+
+# --- metrics ------------------------------------------------------------------------------------------------------
+
+
+def test_thread_tallies_are_summed_into_the_dramatiq_named_metrics() -> None:
+    metrics = WorkerMetrics(["q"])
+    metrics.slots = [ThreadSlot("t0", ["q"]), ThreadSlot("t1", ["q"])]
+    metrics.slots[0].tallies["q"].durations.observe(0.004)
+    metrics.slots[0].tallies["q"].durations.observe(0.01)  # on a bound: that bucket ("le")
+    metrics.slots[1].tallies["q"].durations.observe(7200)
+    metrics.slots[1].tallies["q"].waits.observe(2.0)
+    metrics.slots[1].queue = "q"
+    text = generate_latest(metrics.registry).decode()
+    for line in ('kmq_worker_messages_total{queue="q"} 3.0',
+                 'kmq_worker_messages_inprogress{queue="q"} 1.0',
+                 'kmq_worker_message_duration_seconds_bucket{le="0.005",queue="q"} 1.0',
+                 'kmq_worker_message_duration_seconds_bucket{le="0.01",queue="q"} 2.0',
+                 'kmq_worker_message_duration_seconds_bucket{le="3600.0",queue="q"} 2.0',
+                 'kmq_worker_message_duration_seconds_bucket{le="+Inf",queue="q"} 3.0',
+                 'kmq_worker_message_duration_seconds_count{queue="q"} 3.0',
+                 'kmq_worker_message_duration_seconds_sum{queue="q"} 7200.014',
+                 'kmq_worker_message_wait_seconds_count{queue="q"} 1.0'):
+        assert line in text, line

@@ -31,7 +31,8 @@ class Queue:
         return Consumer(self.config, self.name)
 
     def worker(self, concurrency: int = 1, **options: Any) -> Callable[[Handler], Worker]:
-        """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it."""
+        """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it. The
+        Worker stays callable (it runs the handler), and ``kmq worker module:name`` runs it too."""
         def wrap(handler: Handler) -> Worker:
             return Worker(self.config, [self.name], handler, concurrency, **options)
         return wrap

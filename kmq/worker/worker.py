@@ -88,10 +88,19 @@ class Worker:
         self._stop = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._windows: dict[str, PrefetchWindow] = {}
+        #: The first consumer failure (a fatal Kafka error: a fenced client_id): ``run()`` raises it at the end.
+        self._failure: KmqError | None = None
+        self._consumers: list[Consumer] = []
+
+    def __call__(self, message: Message) -> object:
+        """Runs the handler on ``message`` (a decorated function stays callable, e.g. in a unit test)."""
+        return self.handler(message)
 
     def stop(self) -> None:
         """Starts the drain, as SIGTERM does; ``run()`` returns once it is done. Safe from any thread."""
         self._stop.set()
+        for consumer in self._consumers:
+            consumer.stop_taking()
         if self._dispatcher is not None:
             self._dispatcher.stop()
 
@@ -104,10 +113,18 @@ class Worker:
 
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire redeliveries.
-        check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
-        consumers = self._open_consumers()
-        server = self._serve_metrics(consumers[0]) if self.config.metrics_port else None
+        # Bound first: a port in use fails in one line before this worker joins any group.
+        server = self._serve_metrics() if self.config.metrics_port else None
+        try:
+            # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
+            # redeliveries.
+            check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
+            self._consumers = consumers = self._open_consumers()
+        except BaseException:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            raise
         time_limits = TimeLimits(self._time_limit_expired)
         runners = [ProcessRunner(self.handler_spec, self._stop) if self.processes
                    else ThreadRunner(self.handler, time_limits) for _ in range(self.concurrency)]
@@ -138,6 +155,8 @@ class Worker:
                 server.shutdown()
                 server.server_close()
         log.info("worker_stopped", **dict(self.counts))
+        if self._failure is not None:
+            raise self._failure
         if undelivered:
             raise UndeliveredMarkersError(
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
@@ -191,15 +210,22 @@ class Worker:
                 undelivered += err.undelivered
             except KmqError as err:
                 log.error("consumer_close_failed", queue=consumer.queue, error=str(err))
+            # The summary tells what the close settled too (what threads held past the drain, what was buffered).
+            self.counts.update({k: v for k, v in consumer.settled_at_close.items() if v})
         return undelivered
 
-    def _serve_metrics(self, consumer: Consumer) -> ThreadingHTTPServer:
-        probe = BrokerProbe(consumer.metadata_client, self.config.marker_topic)
+    def _serve_metrics(self) -> ThreadingHTTPServer:
+        probes: list[BrokerProbe] = []
 
         def health() -> str | None:
             if self._stop.is_set():
                 return "stopping"
-            return consumer.failure or probe()
+            if not self._consumers:
+                return "starting"
+            if not probes:
+                probes.append(BrokerProbe(self._consumers[0].metadata_client, self.config.marker_topic))
+            failed = next((c.failure for c in self._consumers if c.failure), None)
+            return failed or probes[0]()
 
         return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
 
@@ -214,6 +240,8 @@ class Worker:
                 msg = next_message()
             except KmqError as err:
                 log.error("worker_consumer_failed", error=str(err))
+                if self._failure is None:
+                    self._failure = err
                 self.stop()
                 return
             if msg is None:

@@ -61,6 +61,11 @@ class Consumer:
         self._log = log.bind(queue=queue)
         self._fatal: KmqError | None = None
         self._closed = False
+        #: What ``close()`` settled itself: received but unsettled messages ``released`` (a handler may have started
+        #: on them), never received ones ``returned`` (their delivery count unchanged).
+        self.settled_at_close: dict[str, int] = {"released": 0, "returned": 0}
+        #: False once ``stop_taking()``: no new message is Started (a draining worker).
+        self._taking = True
         self._stop = threading.Event()
         self._last_client_warning = 0.0
         self._purged_up_to = 0
@@ -201,6 +206,11 @@ class Consumer:
     def max_in_flight(self, value: int) -> None:
         self._out.limit = value
 
+    def stop_taking(self) -> None:
+        """Takes no new message from now on (a draining worker): what is buffered can still be received, and
+        ``close()`` gives back what is not. Nothing is Started only to be given back."""
+        self._taking = False
+
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
             try:
@@ -249,14 +259,16 @@ class Consumer:
         # Popped one by one (atomic): a message a racing receive got is not counted as never received.
         never_received = {m.message_id for m in [*self._out.close(), *self._due.take_all()]}
         unsettled = self._in_flight.close()
+        returned = 0
         for message_id in unsettled:
             if message_id in never_received:
                 self._writer.give_back(message_id)  # no handler saw it: its delivery count stays
+                returned += 1
             else:
                 self._writer.release(message_id, 0)
+        self.settled_at_close = {"released": len(unsettled) - returned, "returned": returned}
         if unsettled:
-            self._log.info("consumer_close_released", released=len(unsettled) - len(never_received),
-                           returned=len(never_received))
+            self._log.info("consumer_close_released", **self.settled_at_close)
         remaining = self._writer.close(left())
         remaining += self._producer.close(left())
         undelivered = remaining + self._writer.undelivered
@@ -321,7 +333,7 @@ class Consumer:
     def _poll_once(self) -> None:
         if self._due:
             self._hand_out(self._due.take_due())
-        room = 0 if self._paused_now() else self._usable_room()
+        room = 0 if self._paused_now() or not self._taking else self._usable_room()
         self._intake.update_pause()
         busy = len(self._intake) or len(self._pipeline)
         wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000

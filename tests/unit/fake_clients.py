@@ -16,50 +16,16 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.wire import MessageId
 from kmq.wire.control import ControlState
+from tests.unit.fakes import FakeRecord
 
-
-@dataclass
-class Record:
-    """A fetched record as confluent_kafka.Message shows it."""
-
-    topic_: str
-    partition_: int
-    offset_: int
-    key_: bytes | None = b"q"
-    value_: bytes | None = b"v"
-    headers_: list[tuple[str, bytes]] | None = None
-    timestamp_ms: int = 1_700_000_000_000
-    error_: Any = None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self.headers_
-
-    def timestamp(self) -> tuple[int, int]:
-        return TIMESTAMP_LOG_APPEND_TIME, self.timestamp_ms
-
-    def error(self) -> Any:
-        return self.error_
+#: A fetched record (confluent_kafka.Message as kmq reads it).
+Record = FakeRecord
 
 
 def _parts(partitions: Sequence[int], topic: str) -> list[TopicPartition]:

@@ -14,6 +14,7 @@ from kmq.client.consumer import Consumer
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import UndeliveredMarkersError
+from tests.markers_io import wait_for
 from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
 
 Make = Callable[..., tuple[Consumer, FakeClients]]
@@ -23,14 +24,6 @@ def _config(**fields: object) -> Config:
     return Config(bootstrap_servers="fake:9092", message_topic="m", marker_topic="mk", connect_timeout_ms=2000,
                   next_message_timeout_ms=50, settle_linger_ms=1, **fields)  # type: ignore[arg-type]
 
-
-def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
 
 
 def _receive(consumer: Consumer, n: int, timeout_s: float = 5.0) -> list[Message]:
@@ -66,11 +59,11 @@ def test_a_cooperative_member_hands_out_its_partitions_messages_after_their_star
     assert sorted(m.payload for m in got) == [b"a", b"b"]
     assert consumer.assignment == {0, 1} and group.held == [0, 1]
     assert clients.produced("mk"), "the Starts are written before the hand-out"
-    assert _until(lambda: group.committed_offsets == {0: 1, 1: 2}), group.commits
+    assert wait_for(lambda: group.committed_offsets == {0: 1, 1: 2}), group.commits
     for message in got:
         message.ack()
     group.rebalance("revoke", [1])
-    assert _until(lambda: consumer.assignment == {0})
+    assert wait_for(lambda: consumer.assignment == {0})
     assert group.held == [0], "a cooperative revoke takes back only the revoked partitions"
 
 
@@ -78,10 +71,10 @@ def test_an_eager_member_takes_and_gives_back_the_whole_assignment(make: Make) -
     consumer, clients = make(rebalance_protocol="eager")
     group = clients.group
     group.rebalance("assign", [0, 1])
-    assert _until(lambda: consumer.assignment == {0, 1})
+    assert wait_for(lambda: consumer.assignment == {0, 1})
     group.rebalance("revoke", [0, 1])
     group.rebalance("assign", [1])
-    assert _until(lambda: consumer.assignment == {1})
+    assert wait_for(lambda: consumer.assignment == {1})
     assert group.held == [1]
 
 
@@ -90,7 +83,7 @@ def test_a_client_failing_inside_a_rebalance_callback_is_logged_and_the_consumer
     with capture_logs() as logs:
         consumer, _clients = make(group)
         group.rebalance("assign", [0])
-        assert _until(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
+        assert wait_for(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
         group.rebalance("assign", [0])  # librdkafka assigns again after the failed round
         group.feed([Record("m", 0, 0, value_=b"after")])
         got = _receive(consumer, 1)
@@ -123,16 +116,16 @@ def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make)
     group = clients.group
     group.rebalance("assign", [0, 1])
     group.feed([Record("m", 0, i, value_=b"%d" % i) for i in range(20)])
-    assert _until(lambda: consumer.fetch_paused and group.paused == {0, 1}), "past the hard limit fetching pauses"
+    assert wait_for(lambda: consumer.fetch_paused and group.paused == {0, 1}), "past the hard limit fetching pauses"
     # Paused: partition 1 leaves and comes back with its flag forgotten: it comes back paused, as intended.
     group.rebalance("revoke", [1])
-    assert _until(lambda: consumer.assignment == {0})
+    assert wait_for(lambda: consumer.assignment == {0})
     group.paused.discard(1)
     group.rebalance("assign", [1])
-    assert _until(lambda: consumer.assignment == {0, 1} and group.paused == {0, 1})
+    assert wait_for(lambda: consumer.assignment == {0, 1} and group.paused == {0, 1})
     # Partition 1 leaves paused (librdkafka keeps the flag); fetching resumes meanwhile: it must come back fetching.
     group.rebalance("revoke", [1])
-    assert _until(lambda: consumer.assignment == {0})
+    assert wait_for(lambda: consumer.assignment == {0})
     drained = 0
     while drained < 20:
         got = _receive(consumer, 1, timeout_s=5)
@@ -142,4 +135,4 @@ def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make)
         drained += len(got)
     assert not consumer.fetch_paused and group.paused == {1}
     group.rebalance("assign", [1])
-    assert _until(lambda: consumer.assignment == {0, 1} and group.paused == set())
+    assert wait_for(lambda: consumer.assignment == {0, 1} and group.paused == set())

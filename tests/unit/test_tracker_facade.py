@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from structlog.testing import capture_logs
@@ -15,6 +15,7 @@ from kmq.config import Config
 from kmq.redelivery.tracker import RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.markers import Marker, MarkerType, encode
+from tests.markers_io import wait_for
 from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
 
 
@@ -28,14 +29,6 @@ def _start(offset: int, message: int, payload: bytes, written_ms_ago: int) -> Re
     marker = Marker(MarkerType.START, MessageId(0, message), 1000, b"q", payload)
     return Record("mk", 0, offset, b"q", encode(marker), timestamp_ms=wire.now_ms() - written_ms_ago)
 
-
-def _until(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
 
 
 @contextmanager
@@ -57,12 +50,12 @@ def test_an_overdue_start_is_redelivered_once_its_partition_is_rebuilt_and_a_rev
     clients = FakeClients(group)
     group.rebalance("assign", [0])
     with _running(clients) as tracker:
-        assert _until(lambda: [r.value for r in clients.produced("m")] == [b"overdue"])
+        assert wait_for(lambda: [r.value for r in clients.produced("m")] == [b"overdue"])
         copy = clients.produced("m")[0]
         assert dict(copy.headers)[wire.HEADER_DELIVERY_COUNT] == b"2"
-        assert _until(lambda: len(clients.produced("mk")) >= 1), "an End follows the copy"
+        assert wait_for(lambda: len(clients.produced("mk")) >= 1), "an End follows the copy"
         group.rebalance("revoke", [0])
-        assert _until(lambda: not tracker.partitions)
+        assert wait_for(lambda: not tracker.partitions)
     assert group.commits and group.commits[-1] == {0: 0}, "the oldest in-flight Start is where the next owner starts"
     assert group.held == []
 
@@ -72,10 +65,10 @@ def test_an_eager_tracker_takes_the_whole_assignment_and_gives_it_back() -> None
     clients = FakeClients(group)
     group.rebalance("assign", [0, 1])
     with _running(clients, marker_format="kafka-mq-go") as tracker:
-        assert _until(lambda: set(tracker.partitions) == {0, 1} and group.held == [0, 1])
+        assert wait_for(lambda: set(tracker.partitions) == {0, 1} and group.held == [0, 1])
         group.rebalance("revoke", [0, 1])
         group.rebalance("assign", [1])
-        assert _until(lambda: set(tracker.partitions) == {1} and group.held == [1])
+        assert wait_for(lambda: set(tracker.partitions) == {1} and group.held == [1])
 
 
 def test_a_client_failing_inside_a_rebalance_callback_is_logged_and_the_tracker_goes_on() -> None:
@@ -85,9 +78,9 @@ def test_a_client_failing_inside_a_rebalance_callback_is_logged_and_the_tracker_
     with capture_logs() as logs:
         group.rebalance("assign", [0])
         with _running(clients):
-            assert _until(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
+            assert wait_for(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
             group.rebalance("assign", [0])
-            assert _until(lambda: [r.value for r in clients.produced("m")] == [b"overdue"])
+            assert wait_for(lambda: [r.value for r in clients.produced("m")] == [b"overdue"])
 
 
 def test_a_partition_whose_offsets_cannot_be_read_yet_keeps_its_records_and_is_rebuilt_later() -> None:
@@ -96,7 +89,7 @@ def test_a_partition_whose_offsets_cannot_be_read_yet_keeps_its_records_and_is_r
     clients = FakeClients(group)
     group.rebalance("assign", [0])
     with capture_logs() as logs, _running(clients):
-        assert _until(lambda: [r.value for r in clients.produced("m")] == [b"overdue"], timeout_s=10)
+        assert wait_for(lambda: [r.value for r in clients.produced("m")] == [b"overdue"], timeout_s=10)
     assert [e["partition"] for e in logs if e["event"] == "partition_init_failed"] == [0]
 
 
@@ -108,7 +101,7 @@ def test_with_the_broker_gone_the_tracker_stops_within_its_stop_timeout() -> Non
     tracker = RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)
     thread = threading.Thread(target=tracker.run, daemon=True)
     thread.start()
-    assert _until(lambda: bool(clients.produced("m"))), "the copy is produced (and never acknowledged)"
+    assert wait_for(lambda: bool(clients.produced("m"))), "the copy is produced (and never acknowledged)"
     stopped_at = time.monotonic()
     tracker.stop()
     thread.join(10)

@@ -67,7 +67,7 @@ class ClientFactory(Protocol):
     """Builds the Kafka clients of a consumer or a tracker from the settings kmq chose."""
 
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient: ...
-    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient: ...
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient: ...
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
 
 
@@ -77,8 +77,8 @@ class KafkaClients:
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient:
         return KafkaConsumer(settings)  # type: ignore[return-value]
 
-    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient:
-        return PolledProducer(settings, name)
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient:
+        return PolledProducer(settings, name, warm_topic)
 
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient:
         return ControlFollower(config, on_change=on_change)

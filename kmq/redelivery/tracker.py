@@ -66,9 +66,10 @@ class RedeliveryTracker:
         self._gc = RebuildGc()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
                                       lambda p: TopicPartition(config.marker_topic, p))
-        self._sender = clients.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender")
+        self._sender = clients.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender",
+                                        config.message_topic)
         self._markers = clients.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
-                                         "tracker-markers")
+                                         "tracker-markers", config.marker_topic)
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = clients.control(config, None).start()

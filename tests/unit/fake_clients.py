@@ -273,7 +273,7 @@ class FakeClients:
         self.settings = settings
         return self.group
 
-    def producer(self, settings: dict[str, Any], name: str) -> FakeProducerClient:
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> FakeProducerClient:
         self.producers.append(FakeProducerClient(broker_gone=self.broker_gone))
         return self.producers[-1]
 

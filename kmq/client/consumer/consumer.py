@@ -72,7 +72,7 @@ class Consumer:
         self._quarter = max(1, min(config.receive_buffer_capacity, config.max_in_flight) // 4)
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
-            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
+            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)

@@ -244,7 +244,7 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
             note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
             print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions{note})")
     else:
-        for name, partitions in check_topics(config).items():
+        for name, partitions in check_topics(config, strict_retention=True).items():
             print(f"{name}: ok ({partitions} partitions)")
     return EXIT_OK
 

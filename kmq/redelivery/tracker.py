@@ -29,6 +29,7 @@ from kmq.redelivery.clock_probe import ClockProbes
 from kmq.redelivery.copy_log import CopyLog
 from kmq.redelivery.metrics import StatePublisher, TrackerMetrics
 from kmq.redelivery.partitions import OwnedPartitions, Partition
+from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
 from kmq.wire.marker_batch import decode_batch, is_batch
 from kmq.wire.markers import decode
@@ -73,8 +74,12 @@ class RedeliveryTracker:
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = clients.control(config, None).start()
+        #: Reads back the records of Starts by reference when they are redelivered (made on the first).
+        self._reader = LazyReader(lambda: RecordReader(
+            clients.reader(_kafka.reader_settings(config, wire.private_group("read-back"), f"{client_id}-reader")),
+            config.message_topic, self._redeliverer.read_done, monotonic=monotonic))
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery,
-                                        client_id)
+                                        client_id, self._reader)
         self._copy_log = CopyLog()
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
         self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)
@@ -212,9 +217,12 @@ class RedeliveryTracker:
         item = attempt.item
         lag_s = self._redelivery_lag_s(attempt)
         (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(item.queue).inc()
+        if attempt.unreadable:
+            self.metrics.unreadable.labels(item.queue).inc()
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
-        self._copy_log.add("dead_lettered" if attempt.dead_letter else "redelivered", item.queue,
+        self._copy_log.add("unreadable" if attempt.unreadable else "dead_lettered" if attempt.dead_letter
+                           else "redelivered", item.queue,
                            str(item.message_id), str(item.first_id), attempt.delivery_count,
                            None if lag_s is None else round(lag_s * 1000))
 
@@ -276,6 +284,7 @@ class RedeliveryTracker:
             redeliverer.poll(self._owned.__contains__)
             time.sleep(0.02)
         self._copy_log.flush()
+        self._reader.close(max(0.5, deadline - self._monotonic()))
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._owned))

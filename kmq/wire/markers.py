@@ -51,7 +51,8 @@ class StartView:
 
 @dataclass(frozen=True, slots=True)
 class Marker(StartView):
-    """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver)."""
+    """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver),
+    ``value``/``headers`` empty on a Start by reference."""
 
     type: MarkerType
     message_id: MessageId
@@ -67,6 +68,9 @@ class Marker(StartView):
     headers: Headers = ()
     end_reason: EndReason = EndReason.ACKED
     reason: str = ""
+    #: A Start by reference (kmq format only): no payload or headers here, they are on the messages topic at
+    #: ``message_id``.
+    reference: bool = False
 
 
 _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enqueued_at_ms", "client_id",
@@ -75,6 +79,8 @@ _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enque
 
 def encode(marker: Marker) -> bytes:
     """Serialises a marker; fields 1-6 exactly as kafka-mq-go writes them (message_id always present)."""
+    if marker.reference:
+        raise ValueError(f"a Start by reference ({marker.message_id}) has no per-message encoding")
     # Built through the constructor so partition 0 / offset 0 is still written (bytes 1a 00), as Go does.
     mid = marker.message_id
     msg = pb.Marker(message_id=pb.MessageID(partition=mid.partition, offset=mid.offset))

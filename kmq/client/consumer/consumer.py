@@ -30,6 +30,7 @@ from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
+from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.client.consumer.start_pipeline import StartPipeline, to_message
 from kmq.client.message import Message
 from kmq.config import Config
@@ -99,6 +100,10 @@ class Consumer:
             write_starts=not self._at_most_once)
         try:
             self._check_topics()
+            retention = clients.retention(config)  # None: Starts copy their payloads (see ReferencePolicy)
+            if retention is not None:
+                self._writer.references = ReferencePolicy(keep_ms=retention.messages_ms,
+                                                          redelivery_timeout_ms=config.redelivery_timeout_ms)
             self._control.start()
             self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
             self._membership.subscribe(self._client, [config.message_topic])

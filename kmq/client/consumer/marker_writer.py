@@ -19,11 +19,19 @@ import structlog
 
 from kmq._kafka.producer import MarkerProducer
 from kmq._util import take_all
+from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
 from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
-from kmq.wire.marker_batch import Startable, encode_hello, encode_settles, encode_starts, start_size
+from kmq.wire.marker_batch import (
+    START_OVERHEAD_BYTES,
+    Startable,
+    encode_hello,
+    encode_settles,
+    encode_starts,
+    start_size,
+)
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -48,6 +56,9 @@ class MarkerWriter:
         self._batch_size = config.settle_batch_size
         # A Start batch may grow to one payload's worth beyond this: a record of max_payload_bytes alone must fit.
         self._start_record_bytes = config.max_payload_bytes
+        #: Which Starts name their record instead of copying it (kmq format); None: all copy. Set by the consumer
+        #: once it knows the topics' retention, before its first Start.
+        self.references: ReferencePolicy | None = None
         self._client_id = client_id
         self._instance_id = instance_id
         self._acks: deque[MessageId] = deque()
@@ -70,22 +81,28 @@ class MarkerWriter:
             return []
         if not self._batched:
             return [self._write_plain_starts(messages)]
+        copies, refs = self.references.split(messages) if self.references is not None else (messages, ())
         deliveries = []
         chunk: list[Startable] = []
         size = 0
-        for message in messages:
+        for message in copies:
             cost = start_size(message)
             if chunk and size + cost > self._start_record_bytes:
-                deliveries.append(self._write_starts(chunk))
+                deliveries.append(self._write_starts(chunk, ()))
                 chunk, size = [], 0
             chunk.append(message)
             size += cost
-        if chunk:
-            deliveries.append(self._write_starts(chunk))
+        # References cost at most START_OVERHEAD_BYTES each: they fill the last record, then records of their own.
+        room = max(0, self._start_record_bytes - size) // START_OVERHEAD_BYTES
+        step = max(1, self._start_record_bytes // START_OVERHEAD_BYTES)
+        if chunk or refs:
+            deliveries.append(self._write_starts(chunk, refs[:room]))
+        for at in range(room, len(refs), step):
+            deliveries.append(self._write_starts((), refs[at:at + step]))
         return deliveries
 
-    def _write_starts(self, chunk: list[Startable]) -> Delivery[MessageId]:
-        value = encode_starts(self._key, self._after_ms, chunk, client_id=self._client_id,
+    def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable]) -> Delivery[MessageId]:
+        value = encode_starts(self._key, self._after_ms, chunk, refs=refs, client_id=self._client_id,
                               instance_id=self._instance_id)
         return self._producer.produce_future(self._topic, value, self._key)
 

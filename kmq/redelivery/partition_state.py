@@ -265,6 +265,10 @@ class PartitionState:
     def __len__(self) -> int:
         return len(self.in_flight) + len(self.refs)
 
+    def message_ids(self, *, waiting: bool = False) -> set[MessageId]:
+        """Every message in flight, of either kind of Start; with ``waiting``, only those not being redelivered."""
+        return self.refs.message_ids(waiting=waiting) | set(self.deadlines if waiting else self.in_flight)
+
     def per_queue(self) -> dict[str, tuple[int, int]]:
         """Queue → (in flight, oldest Start timestamp ms)."""
         out: dict[str, tuple[int, int]] = {}

@@ -201,6 +201,11 @@ class RefStore:
             heapq.heappush(self._heap, (timestamp_ms, next(self._order), moved))
         return len(moved)
 
+    def message_ids(self, *, waiting: bool = False) -> set[MessageId]:
+        """Every message in flight here; with ``waiting``, only those not taken for redelivery."""
+        return {unpack(pid) for pid, batch in self._where.items()
+                if not waiting or not batch.flags[batch.index(pid)] & _TAKEN}
+
     def next_deadline_ms(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 

@@ -123,10 +123,15 @@ def decode(refs: pb.StartRefs, data: bytes) -> RefStarts:
         raise MarkerDecodeError("start references with lists of unequal length", data)
     if min(run_partitions) < 0 or min(run_lengths) < 1:
         raise MarkerDecodeError("start references with a negative partition or an empty run", data)
+    if run_partitions != sorted(set(run_partitions)):
+        raise MarkerDecodeError("start references not in partition order", data)
     offsets: list[int] = []
     at = 0
     for length in run_lengths:
-        offsets += accumulate(deltas[at:at + length])
+        run = deltas[at:at + length]
+        if 0 in run[1:]:
+            raise MarkerDecodeError("start references not in offset order", data)
+        offsets += accumulate(run)
         at += length
     if max(offsets) >= 2**63:
         raise MarkerDecodeError("start reference offset out of range", data)

@@ -78,6 +78,16 @@ class ReadPlan:
         self._next = self._range_end
         return self._next_range()
 
+    def outside(self, low: int, high: int) -> list[int]:
+        """Drops the wanted offsets not yet read that are outside the partition's [low, high) (deleted by retention,
+        or past its end) and returns them; ``start()`` then says where to read on."""
+        left = self._wanted[self._next:]
+        gone = [o for o in left if o < low or o >= high]
+        if gone:
+            self._wanted = self._wanted[:self._next] + [o for o in left if low <= o < high]
+            self._open_range()
+        return gone
+
     def _next_range(self) -> int | None:
         if self.done:
             return None

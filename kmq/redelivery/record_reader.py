@@ -1,8 +1,8 @@
 """RecordReader: reads records back from the messages topic for the redelivery of Starts by reference.
 
 A thread of its own with a consumer of its own (assigned partitions, no group), so the tracker's loop never waits
-on it. Each round takes what was asked so far (at most ``max_per_round``), checks the partitions' watermarks,
-reads each partition's wanted offsets in ranges (kmq.redelivery.read_plan), hands every record found to ``on_done``
+on it. Each round takes what was asked so far (at most ``max_per_round``), reads each partition's wanted offsets in
+ranges (kmq.redelivery.read_plan), hands every record found to ``on_done``
 as it comes (memory stays within one fetch, whatever the payloads), and then says what it could not read:
 ``Missing`` (before the partition's start: deleted by retention; passed over: compacted away; another queue's
 record) or ``Failed`` (the broker did not answer in time: ask again later).
@@ -116,38 +116,28 @@ class RecordReader:
         for message_id, key, token in wanted:
             asked[message_id.partition][message_id.offset].append((key, token))
         failure = f"not read within {self._round_timeout_s:.0f} s"
-        plans: dict[int, ReadPlan] = {}
+        started = self._monotonic()
         try:
-            for p, offsets in asked.items():
-                low, high = self._client.get_watermark_offsets(TopicPartition(self._topic, p), timeout=5,
-                                                               cached=False)
-                for offset in [o for o in offsets if o < low or o >= high]:
-                    reason = (f"deleted from {self._topic}[{p}] (it starts at offset {low} now: retention?)"
-                              if offset < low else
-                              f"not on {self._topic}[{p}] (it ends at offset {high}: was the topic recreated?)")
-                    self._answer(offsets.pop(offset), Missing(reason))
-                if offsets:
-                    plans[p] = ReadPlan(offsets)
-            self._scan(plans, asked)
+            self._scan({p: ReadPlan(offsets) for p, offsets in asked.items()}, asked)
         except Exception as err:  # noqa: BLE001 - what is unanswered fails and is asked again
             failure = f"{type(err).__name__}: {err}"
             log.warning("read_back_failed", error=failure, records=sum(map(len, asked.values())))
         finally:
             self._client.unassign()
+        log.debug("read_back_round", records=len(wanted), partitions=len(asked),
+                  seconds=round(self._monotonic() - started, 4))
         for offsets in asked.values():
             for askers in offsets.values():
                 self._answer(askers, Failed(failure))
 
     def _scan(self, plans: dict[int, ReadPlan], asked: dict[int, dict[int, list[tuple[bytes, object]]]]) -> None:
-        if not plans:
-            return
         self._client.assign([TopicPartition(self._topic, p, plan.start() or 0) for p, plan in plans.items()])
         deadline = self._monotonic() + self._round_timeout_s
         while any(not plan.done for plan in plans.values()) and self._monotonic() < deadline:
             for record in self._client.consume(CONSUME_BATCH, CONSUME_WAIT_S):
                 p = record.partition() or 0
                 plan = plans.get(p)
-                if plan is None:
+                if plan is None or plan.done:
                     continue
                 err = record.error()
                 if err is None:
@@ -158,10 +148,21 @@ class RecordReader:
                 elif err.code() == KafkaError._PARTITION_EOF:
                     seek_to = plan.ended()
                 else:
-                    log.warning("read_back_error", partition=p, error=err.str())
-                    continue
+                    # Out of range (auto.offset.reset is "error"): what the partition holds now says what is gone.
+                    log.info("read_back_out_of_range", partition=p, error=err.str())
+                    seek_to = self._out_of_range(p, plan, asked[p])
                 self._answer_missing(p, plan, asked[p])
                 self._seek(p, seek_to)
+
+    def _out_of_range(self, partition: int, plan: ReadPlan, asked: dict[int, list[tuple[bytes, object]]]) -> int | None:
+        low, high = self._client.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=5,
+                                                       cached=False)
+        for offset in plan.outside(low, high):
+            reason = (f"deleted from {self._topic}[{partition}] (it starts at offset {low} now: retention?)"
+                      if offset < low else
+                      f"not on {self._topic}[{partition}] (it ends at offset {high}: was the topic recreated?)")
+            self._answer(asked.pop(offset), Missing(reason))
+        return plan.start()
 
     def _seek(self, partition: int, offset: int | None) -> None:
         if offset is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -81,6 +82,7 @@ class RedeliveryTracker:
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery,
                                         client_id, self._reader)
         self._copy_log = CopyLog()
+        self._counters: dict[tuple[str, str], list[Any]] = {}
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
         self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)
                               if config.marker_format == MARKER_FORMAT_KMQ else None)
@@ -215,15 +217,21 @@ class RedeliveryTracker:
 
     def _record_redelivery(self, attempt: Attempt) -> None:
         item = attempt.item
+        queue = item.queue
         lag_s = self._redelivery_lag_s(attempt)
-        (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(item.queue).inc()
-        if attempt.unreadable:
-            self.metrics.unreadable.labels(item.queue).inc()
+        event = "unreadable" if attempt.unreadable else "dead_lettered" if attempt.dead_letter else "redelivered"
+        counters = self._counters.get((event, queue))
+        if counters is None:  # labels() costs more than the copy itself: once per queue, not per message
+            metrics = self.metrics
+            counters = [(metrics.dead_letters if attempt.dead_letter else metrics.redeliveries).labels(queue)]
+            if attempt.unreadable:
+                counters.append(metrics.unreadable.labels(queue))
+            self._counters[(event, queue)] = counters
+        for counter in counters:
+            counter.inc()
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
-        self._copy_log.add("unreadable" if attempt.unreadable else "dead_lettered" if attempt.dead_letter
-                           else "redelivered", item.queue,
-                           str(item.message_id), str(item.first_id), attempt.delivery_count,
+        self._copy_log.add(event, queue, str(item.message_id), str(item.first_id), attempt.delivery_count,
                            None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:

@@ -264,7 +264,8 @@ class FakeControl:
 class FakeReaderClient:
     """A messages topic to read back from (the tracker's RecordReader): ``records[partition]`` in offset order,
     the first ``low[partition]`` offsets deleted; reading past a partition's last record says EOF, as librdkafka's
-    ``enable.partition.eof`` does. ``fail`` makes every watermark query raise (a broker gone)."""
+    ``enable.partition.eof`` does, reading outside [low, end] an auto-offset-reset error. ``fail`` makes every
+    watermark query and read fail (a broker gone)."""
 
     records: dict[int, list[Record]] = field(default_factory=dict)
     low: dict[int, int] = field(default_factory=dict)
@@ -291,9 +292,16 @@ class FakeReaderClient:
         self.positions = {}
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Record]:
+        if self.fail:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         out: list[Record] = []
         for p, at in list(self.positions.items()):
             if at < 0:
+                continue
+            low, end = self.get_watermark_offsets(TopicPartition("", p))
+            if at < low or at > end:  # librdkafka with auto.offset.reset=error
+                out.append(Record("", p, -1, error_=KafkaError(KafkaError._AUTO_OFFSET_RESET, "out of range")))
+                self.positions[p] = -1
                 continue
             ahead = [r for r in self.records.get(p, []) if r.offset() >= at][:num_messages]
             out += ahead

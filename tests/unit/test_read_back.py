@@ -55,6 +55,13 @@ def test_neighbours_share_a_range_and_distant_offsets_get_a_seek() -> None:
     assert ranges([5], max_gap=0) == [(5, 5)]
 
 
+def test_offsets_outside_the_partition_are_dropped_and_reading_goes_on_from_the_first_left() -> None:
+    plan = ReadPlan([1, 5, 9, 20], max_gap=2)
+    assert plan.seen(1) == (True, 5)
+    assert plan.outside(6, 15) == [5, 20]
+    assert plan.start() == 9 and plan.seen(9) == (True, None) and plan.done
+
+
 # --- RecordReader ---------------------------------------------------------------------------------------------------
 
 def _topic(partition: int, offsets: range | list[int], key: bytes = b"q") -> list[Record]:

@@ -32,8 +32,8 @@ ASSIGNMENT_STRATEGIES = {REBALANCE_COOPERATIVE: "cooperative-sticky", REBALANCE_
 EXPIRED_ACTIONS = ("dead-letter", "drop")
 ENV_PREFIX = "KMQ_"
 #: KMQ_* variables that other parts of kmq read (not configuration fields): anything else is a typo.
-OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROKER_VERSION", "KMQ_BENCH_QUICK", "KMQ_BENCH_ONLY",
-                       "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY"})
+OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROKER_VERSION", "KMQ_BENCH_QUICK",
+                       "KMQ_BENCH_ONLY", "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY"})
 
 # librdkafka settings kmq sets itself; passing them through `kafka` would break its guarantees.
 OWNED_KAFKA_KEYS = frozenset({

@@ -31,6 +31,8 @@ class MarkerProducer(Protocol):
                 on_done: Callable[[Any, Any], None] | None = None) -> None: ...
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Any = None) -> Delivery[MessageId]: ...
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None: ...
     def flush(self, timeout_s: float) -> int: ...
 
 
@@ -91,6 +93,18 @@ class PolledProducer:
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 raise to_kmq_error(exc, f"cannot produce to {topic}") from exc
+
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[KafkaError | None, KafkaMessage], None]) -> None:
+        """Records of one key without headers in one call (librdkafka's batch produce: one lock and one wake-up of
+        the broker thread for them all, where a kafka-mq-go-format consumer wrote two records per message);
+        ``on_done`` is called for each. What librdkafka's queue cannot take now is produced one by one."""
+        batch: list[dict[str, Any]] = [{"value": value, "key": key} for value in values]
+        if self._producer.produce_batch(topic, batch, on_delivery=on_done) == len(batch):
+            return
+        for message in batch:
+            if "_error" in message:
+                self.produce(topic, message["value"], key, on_done=on_done)  # waits for room; raises the rest
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:

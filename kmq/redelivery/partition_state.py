@@ -25,11 +25,13 @@ from kmq.redelivery.in_flight import InFlight
 from kmq.redelivery.ref_store import OFFSET_LIMIT, RefStore, pack, packed_ids, unpack
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 from kmq.wire.marker_batch import DecodedBatch
-from kmq.wire.markers import Headers, Marker, MarkerType
+from kmq.wire.markers import Headers, Marker, MarkerType, parse
 from kmq.wire.start_refs import RefStarts
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
 COMPACT_FACTOR = 2
+
+_END, _KEEPALIVE = int(MarkerType.END), int(MarkerType.KEEPALIVE)
 
 #: What a Start carries into the state: id, payload, headers, delivery count, first id, enqueued-at.
 StartEntry = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
@@ -66,6 +68,42 @@ class PartitionState:
                             returned=marker.reason in UNCOUNTED_REASONS)
         else:
             self.end((marker.message_id,))
+
+    def apply_plain(self, offset: int, timestamp_ms: int, data: bytes | None) -> None:
+        """Folds one per-message marker record (kafka-mq-go's format) straight from its protobuf, without building a
+        Marker (the tracker's path, two markers or more per message: ``apply(decode(data))`` costs twice as much);
+        MarkerDecodeError if malformed."""
+        msg = parse(data)
+        kind = msg.type
+        mid = MessageId(msg.message_id.partition, msg.message_id.offset)
+        if offset >= self.next_offset:
+            self.next_offset = offset + 1
+        if kind == _END:
+            if self.refs:
+                self.end((mid,))
+                return
+            known = self.in_flight.pop(mid, None)
+            if known is None:
+                self.stats["unknown_end"] += 1
+            else:
+                self.deadlines.pop(mid, None)
+                self._count_end(known.marker_offset)
+        elif kind == _KEEPALIVE:
+            self.keep_alive(timestamp_ms + msg.redeliver_after_ms, (mid,), returned=msg.reason in UNCOUNTED_REASONS)
+        else:
+            deadline = timestamp_ms + msg.redeliver_after_ms
+            if mid in self.in_flight:
+                self._restart(mid, deadline)
+            elif self.refs and pack(mid) in self.refs:
+                self.stats[self.refs.refresh(pack(mid), deadline)] += 1
+            else:
+                first = msg.first_message_id
+                self.in_flight[mid] = InFlight(
+                    mid, msg.key, msg.value, tuple((h.key, h.value) for h in msg.headers) if msg.headers else (),
+                    msg.delivery_count, MessageId(first.partition, first.offset)
+                    if msg.HasField("first_message_id") else None, msg.enqueued_at_ms, offset, timestamp_ms, deadline)
+                self._set_deadline(mid, deadline)
+                self._count_starts(offset, 1)
 
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
         """Folds one kmq batch record, entry by entry, in the order its markers apply."""

@@ -6,6 +6,7 @@ MarkerDecodeError, which callers log, count and skip.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, cast
@@ -118,8 +119,37 @@ def encode_keep_alive(message_id: MessageId, redeliver_after_ms: int) -> bytes:
                                              offset=message_id.offset)).SerializeToString()
 
 
-def decode(data: bytes | None) -> Marker:
-    """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
+def encode_start(message_id: MessageId, redeliver_after_ms: int, key: bytes, value: bytes, *, delivery_count: int,
+                 first_message_id: MessageId | None, enqueued_at_ms: int, headers: Iterable[tuple[str, bytes]],
+                 client_id: str = "", instance_id: str = "") -> bytes:
+    """``encode(Marker(START, …))`` without building a Marker: a kafka-mq-go-format consumer writes one per message.
+    Byte for byte what ``encode`` writes (tests/unit/test_markers.py holds them equal)."""
+    msg = pb.Marker(message_id=pb.MessageID(partition=message_id.partition, offset=message_id.offset))
+    if redeliver_after_ms:
+        msg.redeliver_after_ms = redeliver_after_ms
+    if key:
+        msg.key = key
+    if value:
+        msg.value = value
+    if delivery_count:
+        msg.delivery_count = delivery_count
+    if enqueued_at_ms:
+        msg.enqueued_at_ms = enqueued_at_ms
+    if client_id:
+        msg.client_id = client_id
+    if instance_id:
+        msg.instance_id = instance_id
+    if first_message_id is not None:
+        msg.first_message_id.CopyFrom(pb.MessageID(partition=first_message_id.partition,
+                                                   offset=first_message_id.offset))
+    for name, content in headers:
+        msg.headers.add(key=name, value=content)
+    return msg.SerializeToString()
+
+
+def parse(data: bytes | None) -> pb.Marker:
+    """The protobuf of a well-formed marker (what ``decode`` checks, without building a Marker: the tracker's path
+    reads its fields straight); raises MarkerDecodeError like ``decode``."""
     if not data:
         # An empty value parses as a START without message id: it crashes the Go tracker, so never accept it.
         raise MarkerDecodeError("empty value", data)
@@ -130,12 +160,21 @@ def decode(data: bytes | None) -> Marker:
         raise MarkerDecodeError(f"not a protobuf Marker ({err})", data) from err
     if msg.version != pb.Marker.V1:
         raise MarkerDecodeError(f"unknown marker version {msg.version}", data)
-    if msg.type not in MarkerType._value2member_map_:
+    if msg.type not in _TYPES:
         raise MarkerDecodeError(f"unknown marker type {msg.type}", data)
     if not msg.HasField("message_id"):
         raise MarkerDecodeError("no message_id", data)
     if msg.message_id.partition < 0 or msg.message_id.offset < 0:
         raise MarkerDecodeError("negative message_id", data)
+    return msg
+
+
+_TYPES = frozenset(int(t) for t in MarkerType)
+
+
+def decode(data: bytes | None) -> Marker:
+    """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
+    msg = parse(data)
     kind = MarkerType(msg.type)
     # A START with an empty key is what a kafka-mq-go consumer of queue "" writes (proto3 omits empty bytes):
     # legal there, so a kmq tracker tracks and redelivers it like any other (its copy has an empty key).

@@ -234,6 +234,11 @@ class FakeProducerClient:
         self.produce(topic, value, key, headers, done)
         return delivery
 
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None:
+        for value in values:
+            self.produce(topic, value, key, on_done=on_done)
+
     def flush(self, timeout_s: float) -> int:
         return self.undelivered
 

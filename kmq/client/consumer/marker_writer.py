@@ -32,7 +32,7 @@ from kmq.wire.marker_batch import (
     encode_starts,
     start_size,
 )
-from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive, encode_start
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -120,15 +120,13 @@ class MarkerWriter:
             if next(reported) == total:
                 delivery._set(None, errors[0] if errors else None)
 
-        for message in messages:
-            self._producer.produce(self._topic, encode(self._start_marker(message)), self._key, on_done=done)
+        key, after, client_id, instance_id = self._key, self._after_ms, self._client_id, self._instance_id
+        self._producer.produce_many(self._topic, [
+            encode_start(m.message_id, after, key, m.payload, delivery_count=m.delivery_count,
+                         first_message_id=m.first_message_id, enqueued_at_ms=m.enqueued_at_ms,
+                         headers=m.headers.items(), client_id=client_id, instance_id=instance_id)
+            for m in messages], key, done)
         return delivery
-
-    def _start_marker(self, m: Startable) -> Marker:
-        return Marker(MarkerType.START, m.message_id, self._after_ms, self._key, m.payload,
-                      delivery_count=m.delivery_count, first_message_id=m.first_message_id,
-                      enqueued_at_ms=m.enqueued_at_ms, headers=tuple(m.headers.items()),
-                      client_id=self._client_id, instance_id=self._instance_id)
 
     # --- settles (any thread: deque appends are atomic) -------------------------------------------------------
 
@@ -202,13 +200,11 @@ class MarkerWriter:
                           error=str(err))
 
     def _write_plain(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
-        produce, topic, key, done = self._producer.produce, self._topic, self._key, self._one_delivered
-        for message_id in keep_alives:
-            produce(topic, encode_keep_alive(message_id, self._after_ms), key, on_done=done)
-        for marker in others:
-            produce(topic, encode(marker), key, on_done=done)
-        for message_id in acks:
-            produce(topic, encode_end(message_id, self._instance_id), key, on_done=done)
+        after, instance_id = self._after_ms, self._instance_id
+        values = [encode_keep_alive(message_id, after) for message_id in keep_alives]
+        values += [encode(marker) for marker in others]
+        values += [encode_end(message_id, instance_id) for message_id in acks]
+        self._producer.produce_many(self._topic, values, self._key, self._one_delivered)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kmq.errors import MarkerDecodeError
@@ -25,7 +25,7 @@ from kmq.redelivery.in_flight import InFlight
 from kmq.redelivery.ref_store import OFFSET_LIMIT, RefStore, pack, packed_ids, unpack
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 from kmq.wire.marker_batch import DecodedBatch
-from kmq.wire.markers import Headers, Marker, MarkerType, parse
+from kmq.wire.markers import Headers, Marker, MarkerType, parse_with_id
 from kmq.wire.start_refs import RefStarts
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
@@ -48,6 +48,7 @@ class PartitionState:
     next_offset: int = 0
     stats: Counter[str] = field(default_factory=Counter)
     refs: RefStore = field(init=False)
+    _refs_held: Mapping[int, object] = field(init=False)
     _deadline_heap: list[tuple[int, MessageId]] = field(default_factory=list)
     _starts_at: dict[int, int] = field(default_factory=dict)
     _offset_heap: list[int] = field(default_factory=list)
@@ -55,6 +56,8 @@ class PartitionState:
 
     def __post_init__(self) -> None:
         self.refs = RefStore(self._count_starts, self._count_end)
+        #: The RefStore's id table: truthy while any Start by reference is held (a C-level test on the hot path).
+        self._refs_held = self.refs.ids
 
     def apply(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
         """Folds one marker (from the record at ``offset`` with log time ``timestamp_ms``) into the state."""
@@ -73,16 +76,15 @@ class PartitionState:
         """Folds one per-message marker record (kafka-mq-go's format) straight from its protobuf, without building a
         Marker (the tracker's path, two markers or more per message: ``apply(decode(data))`` costs twice as much);
         MarkerDecodeError if malformed."""
-        msg = parse(data)
-        kind = msg.type
-        mid = MessageId(msg.message_id.partition, msg.message_id.offset)
+        msg, kind, mid = parse_with_id(data)
         if offset >= self.next_offset:
             self.next_offset = offset + 1
+        in_flight = self.in_flight
         if kind == _END:
-            if self.refs:
+            if self._refs_held:
                 self.end((mid,))
                 return
-            known = self.in_flight.pop(mid, None)
+            known = in_flight.pop(mid, None)
             if known is None:
                 self.stats["unknown_end"] += 1
             else:
@@ -92,18 +94,21 @@ class PartitionState:
             self.keep_alive(timestamp_ms + msg.redeliver_after_ms, (mid,), returned=msg.reason in UNCOUNTED_REASONS)
         else:
             deadline = timestamp_ms + msg.redeliver_after_ms
-            if mid in self.in_flight:
+            if mid in in_flight:
                 self._restart(mid, deadline)
-            elif self.refs and pack(mid) in self.refs:
+            elif self._refs_held and pack(mid) in self.refs:
                 self.stats[self.refs.refresh(pack(mid), deadline)] += 1
             else:
-                first = msg.first_message_id
-                self.in_flight[mid] = InFlight(
+                first = msg.first_message_id if msg.HasField("first_message_id") else None
+                in_flight[mid] = InFlight(
                     mid, msg.key, msg.value, tuple((h.key, h.value) for h in msg.headers) if msg.headers else (),
-                    msg.delivery_count, MessageId(first.partition, first.offset)
-                    if msg.HasField("first_message_id") else None, msg.enqueued_at_ms, offset, timestamp_ms, deadline)
+                    msg.delivery_count, None if first is None else MessageId(first.partition, first.offset),
+                    msg.enqueued_at_ms, offset, timestamp_ms, deadline)
                 self._set_deadline(mid, deadline)
-                self._count_starts(offset, 1)
+                if offset in self._starts_at:
+                    self._starts_at[offset] += 1
+                else:
+                    self._count_starts(offset, 1)
 
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
         """Folds one kmq batch record, entry by entry, in the order its markers apply."""
@@ -135,7 +140,7 @@ class PartitionState:
         for message_id, value, headers, count, first, enqueued in entries:
             if message_id in in_flight:
                 self._restart(message_id, deadline)
-            elif self.refs and pack(message_id) in self.refs:
+            elif self._refs_held and pack(message_id) in self.refs:
                 self.stats[self.refs.refresh(pack(message_id), deadline)] += 1
             else:
                 in_flight[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
@@ -196,7 +201,7 @@ class PartitionState:
     # --- keep-alives and Ends -----------------------------------------------------------------------------------
 
     def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId], *, returned: bool = False) -> None:
-        if self.refs:
+        if self._refs_held:
             ids = list(message_ids)
             unknown, redelivering = self.refs.keep_alive(deadline_ms, list(map(pack, ids)), returned=returned)
             self.stats["keepalive_while_redelivering"] += redelivering
@@ -218,7 +223,7 @@ class PartitionState:
     def _keep_alive_columns(self, deadline_ms: int, partitions: list[int], offsets: list[int]) -> None:
         if not partitions:
             return
-        if self.refs:
+        if self._refs_held:
             unknown, redelivering = self.refs.keep_alive(deadline_ms, packed_ids(partitions, offsets), returned=False)
             self.stats["keepalive_while_redelivering"] += redelivering
             self._keep_alive_copies(deadline_ms, [MessageId(partitions[i], offsets[i]) for i in unknown], False)
@@ -226,7 +231,7 @@ class PartitionState:
             self._keep_alive_copies(deadline_ms, map(MessageId, partitions, offsets), False)
 
     def end(self, message_ids: Iterable[MessageId]) -> None:
-        if self.refs:
+        if self._refs_held:
             ids = list(message_ids)
             message_ids = [ids[i] for i in self.refs.end(list(map(pack, ids)))]
         self._end_copies(message_ids)
@@ -234,7 +239,7 @@ class PartitionState:
     def _end_columns(self, partitions: list[int], offsets: list[int]) -> None:
         if not partitions:
             return
-        if self.refs:
+        if self._refs_held:
             unknown = self.refs.end(packed_ids(partitions, offsets))
             self._end_copies([MessageId(partitions[i], offsets[i]) for i in unknown])
         else:
@@ -281,7 +286,7 @@ class PartitionState:
             if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
                 del deadlines[message_id]
                 expired.append(self.in_flight[message_id])
-        if self.refs:
+        if self._refs_held:
             expired += self.refs.take_expired(now_ms)
             expired.sort(key=_deadline)
         return expired

@@ -76,6 +76,8 @@ class RefStore:
 
     def __init__(self, on_added: Callable[[int, int], None], on_ended: Callable[[int], None]) -> None:
         self._where: dict[int, RefBatch] = {}
+        #: Packed id → its batch (read-only outside: its truth says whether anything is held).
+        self.ids: dict[int, RefBatch] = self._where
         #: Live batches by order: a heap entry names its batch by order, so an ended batch is freed at once.
         self._batches: dict[int, RefBatch] = {}
         self._heap: list[tuple[int, int, int | array[int]]] = []

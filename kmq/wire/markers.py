@@ -148,8 +148,14 @@ def encode_start(message_id: MessageId, redeliver_after_ms: int, key: bytes, val
 
 
 def parse(data: bytes | None) -> pb.Marker:
-    """The protobuf of a well-formed marker (what ``decode`` checks, without building a Marker: the tracker's path
-    reads its fields straight); raises MarkerDecodeError like ``decode``."""
+    """The protobuf of a well-formed marker (what ``decode`` checks, without building a Marker); raises
+    MarkerDecodeError like ``decode``."""
+    return parse_with_id(data)[0]
+
+
+def parse_with_id(data: bytes | None) -> tuple[pb.Marker, int, MessageId]:
+    """``parse``, and the marker's type and message id, each field read once (a field read of the protobuf costs
+    as much as the parse itself: the tracker's per-record path reads them from here)."""
     if not data:
         # An empty value parses as a START without message id: it crashes the Go tracker, so never accept it.
         raise MarkerDecodeError("empty value", data)
@@ -158,29 +164,34 @@ def parse(data: bytes | None) -> pb.Marker:
         msg.ParseFromString(data)
     except DecodeError as err:
         raise MarkerDecodeError(f"not a protobuf Marker ({err})", data) from err
-    if msg.version != pb.Marker.V1:
-        raise MarkerDecodeError(f"unknown marker version {msg.version}", data)
-    if msg.type not in _TYPES:
-        raise MarkerDecodeError(f"unknown marker type {msg.type}", data)
+    version, kind = msg.version, msg.type
+    if version != pb.Marker.V1:
+        raise MarkerDecodeError(f"unknown marker version {version}", data)
+    if kind not in _TYPES:
+        raise MarkerDecodeError(f"unknown marker type {kind}", data)
     if not msg.HasField("message_id"):
         raise MarkerDecodeError("no message_id", data)
-    if msg.message_id.partition < 0 or msg.message_id.offset < 0:
+    where = msg.message_id
+    partition, offset = where.partition, where.offset
+    if partition < 0 or offset < 0:
         raise MarkerDecodeError("negative message_id", data)
-    return msg
+    return msg, kind, _new_id(MessageId, (partition, offset))
 
 
+#: MessageId's own constructor is a Python function; the tuple's is not (same value).
+_new_id = tuple.__new__
 _TYPES = frozenset(int(t) for t in MarkerType)
 
 
 def decode(data: bytes | None) -> Marker:
     """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
-    msg = parse(data)
-    kind = MarkerType(msg.type)
+    msg, kind_number, message_id = parse_with_id(data)
+    kind = MarkerType(kind_number)
     # A START with an empty key is what a kafka-mq-go consumer of queue "" writes (proto3 omits empty bytes):
     # legal there, so a kmq tracker tracks and redelivers it like any other (its copy has an empty key).
     return Marker(
         type=kind,
-        message_id=MessageId(msg.message_id.partition, msg.message_id.offset),
+        message_id=message_id,
         redeliver_after_ms=msg.redeliver_after_ms,
         key=msg.key,
         value=msg.value,

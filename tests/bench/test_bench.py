@@ -103,7 +103,8 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
     shares = {procs: _share_rate(bootstrap, admin, procs) for procs in CONSUMER_PROCESSES}
     cases = [Case("ShareConsumer explicit ack (the baseline below)", "msgs/s", shares[1], raw, "raw consume+commit",
                   {**setup, "processes": 1})]
-    runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES] + [(1, 0, "kafka-mq-go")]
+    runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES]
+    runs += [(procs, -500, "kmq") for procs in CONSUMER_PROCESSES[:2]] + [(1, 0, "kafka-mq-go")]
     for procs, batch, marker_format in runs:
         config = fresh(bootstrap, "e2e", marker_format=marker_format)
         queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
@@ -114,8 +115,9 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
             tracker_cpu = probe.cpu_s() - cpu_before
             lag = probe.lag_ms(since)
         marker_bytes, marker_records = _topic_bytes(bootstrap, config.marker_topic)
-        how = f"receive_many({batch})" if batch else "receive()"
-        cases.append(Case(f"kmq {how} + ack, {procs} process(es), {marker_format} markers", "msgs/s", ours,
+        how = f"receive_many({abs(batch)})" if batch else "receive()"
+        settle = "ack_many" if batch < 0 else "ack"
+        cases.append(Case(f"kmq {how} + {settle}, {procs} process(es), {marker_format} markers", "msgs/s", ours,
                           shares[procs], "ShareConsumer explicit ack",
                           {**setup, "processes": procs, "tracker": "running"},
                           extra={"vs_raw": round(ours / raw, 3), "tracker_cpu_s_per_100k": tracker_cpu / N_E2E * 1e5,

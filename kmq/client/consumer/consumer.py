@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 
 import structlog
@@ -205,6 +205,12 @@ class Consumer:
                 return
             if msg is not None:
                 yield msg
+
+    def ack_many(self, messages: Iterable[Message]) -> None:
+        """Acks a batch of this consumer's messages at once (SQS DeleteMessageBatch style): what ``ack()`` does for
+        each, in one step. Those that cannot be acked (settled already, or the consumer closed) stay as they are;
+        the rest are acked, then MessageSettledError (or ConsumerClosedError) names the first of them."""
+        self._settler._ack_many(messages)
 
     def flush(self, timeout: float = 30.0) -> int:
         """Waits until every marker written so far (acks included) is durable; returns how many records are not."""

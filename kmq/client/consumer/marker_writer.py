@@ -135,6 +135,11 @@ class MarkerWriter:
         if len(self._acks) >= self._batch_size:
             self._wake.set()
 
+    def ack_many(self, message_ids: Sequence[MessageId]) -> None:
+        self._acks.extend(message_ids)
+        if len(self._acks) >= self._batch_size:
+            self._wake.set()
+
     def keep_alive(self, message_id: MessageId) -> None:
         self._keep_alives.append(message_id)
 

@@ -276,7 +276,7 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
             print(f"{status.name}: {'created' if status.created else 'exists'} "
                   f"({plural(status.partitions, 'partition')}{note})")
     else:
-        for name, partitions in check_topics(config, timeout_s=timeout_s).items():
+        for name, partitions in check_topics(config, timeout_s=timeout_s, strict_retention=True).items():
             print(f"{name}: ok ({plural(partitions, 'partition')})")
     return EXIT_OK
 

@@ -19,6 +19,9 @@ MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 MARKER_FORMAT_KMQ = "kmq"
 MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
 MARKER_FORMATS = (MARKER_FORMAT_KMQ, MARKER_FORMAT_KAFKA_MQ_GO)
+#: ``start_markers`` values: Starts that name their record, or that copy its payload.
+START_REFERENCE, START_COPY = "reference", "copy"
+START_MARKERS = (START_REFERENCE, START_COPY)
 #: ``rebalance_protocol`` values. librdkafka cannot offer an eager and a cooperative strategy at once, and members
 #: of one group need one in common: kafka-mq-go's consumers and trackers use librdkafka's default (eager).
 REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER = "auto", "cooperative", "eager"
@@ -30,7 +33,7 @@ EXPIRED_ACTIONS = ("dead-letter", "drop")
 ENV_PREFIX = "KMQ_"
 #: KMQ_* variables that other parts of kmq read (not configuration fields): anything else is a typo.
 OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROKER_VERSION", "KMQ_BENCH_QUICK",
-                       "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY"})
+                       "KMQ_BENCH_ONLY", "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY"})
 
 # librdkafka settings kmq sets itself; passing them through `kafka` would break its guarantees.
 OWNED_KAFKA_KEYS = frozenset({
@@ -100,6 +103,10 @@ class Config:
     #: "kmq": batched marker records (fast; needs kmq trackers). "kafka-mq-go": one record per marker,
     #: byte-compatible with kafka-mq-go; required when any Go consumer or tracker shares the topics.
     marker_format: str = MARKER_FORMAT_KMQ
+    #: kmq marker format only: "reference" (a Start names its record on the messages topic, a tracker reads it back
+    #: when redelivering; used while the topics' retention allows, see kmq._kafka.retention) or "copy" (a Start
+    #: carries the payload, as kafka-mq-go's do).
+    start_markers: str = START_REFERENCE
     #: How consumer and tracker groups rebalance: "cooperative" (incremental, kmq's choice), "eager" (what
     #: kafka-mq-go's members use: needed to share a group with them), or "auto": eager with the kafka-mq-go marker
     #: format, cooperative with kmq's.
@@ -168,6 +175,8 @@ class Config:
         if self.marker_format not in MARKER_FORMATS:
             raise ConfigError("marker_format", f"must be one of {', '.join(MARKER_FORMATS)}, "
                                                f"got {self.marker_format!r}")
+        if self.start_markers not in START_MARKERS:
+            raise ConfigError("start_markers", f"must be one of {', '.join(START_MARKERS)}, got {self.start_markers!r}")
         if self.rebalance_protocol not in REBALANCE_PROTOCOLS:
             raise ConfigError("rebalance_protocol", f"must be one of {', '.join(REBALANCE_PROTOCOLS)}, "
                                                     f"got {self.rebalance_protocol!r}")

@@ -5,7 +5,8 @@
 - ``producer``: PolledProducer (delivery reports served by a thread, futures per record); ``offsets``: commits and
   watermarks; ``metadata``: a topic's partitions; ``group``: assignment per rebalance protocol, join watch;
 - ``commit_policy``: when a reader commits; ``topic_replay``: a topic read to its end offsets; ``topics``: create and
-  check kmq's topics; ``control``: the pause/purge topic, followed and written.
+  check kmq's topics; ``retention``: whether Starts may reference their records; ``control``: the pause/purge
+  topic, followed and written.
 
 Only this package (and the rooms' Kafka-facing facades) import confluent_kafka; nothing here imports a room.
 """
@@ -22,11 +23,12 @@ from kmq._kafka.settings import (
     instance_id,
     markers_producer_settings,
     messages_producer_settings,
+    reader_settings,
 )
 
 __all__ = [
     "COMMIT_ATTEMPTS", "LEADERSHIP_MOVING", "OWNERSHIP_LOST", "CommitOutcome", "GroupJoinWatch", "MarkerProducer",
     "PolledProducer", "assign", "base_settings", "client_error", "commit", "consumer_settings", "first_id",
     "header_dict", "instance_id", "is_fatal", "markers_producer_settings", "message_id", "messages_producer_settings",
-    "record_timestamp_ms", "to_kmq_error", "topic_partitions", "unassign", "watermarks",
+    "reader_settings", "record_timestamp_ms", "to_kmq_error", "topic_partitions", "unassign", "watermarks",
 ]

@@ -7,16 +7,18 @@ from collections.abc import Callable
 
 
 class CommitPolicy:
-    """Counts records handled since the last commit; ``due()`` once there are ``every_records`` of them or
-    ``every_s`` seconds have passed. Pure: the clock is injected."""
+    """Counts records handled since the last commit; ``due()`` once there are ``every_records`` of them (and at
+    least ``min_interval_s`` passed) or ``every_s`` seconds have passed. Pure: the clock is injected."""
 
-    __slots__ = ("_clock", "_last", "_since", "every_records", "every_s")
+    __slots__ = ("_clock", "_last", "_since", "every_records", "every_s", "min_interval_s")
 
-    def __init__(self, every_records: int, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, every_records: int, every_s: float, clock: Callable[[], float] = time.monotonic, *,
+                 min_interval_s: float = 0.0) -> None:
         if every_records <= 0 or every_s <= 0:
             raise ValueError(f"commit policy needs positive limits, got {every_records} records / {every_s} s")
         self.every_records = every_records
         self.every_s = every_s
+        self.min_interval_s = min_interval_s
         self._clock = clock
         self._since = 0
         self._last = clock()
@@ -25,7 +27,8 @@ class CommitPolicy:
         self._since += records
 
     def due(self) -> bool:
-        return self._since >= self.every_records or self._clock() - self._last >= self.every_s
+        since_last = self._clock() - self._last
+        return (self._since >= self.every_records and since_last >= self.min_interval_s) or since_last >= self.every_s
 
     def committed(self) -> None:
         self._since = 0

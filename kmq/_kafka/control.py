@@ -115,13 +115,14 @@ class ControlFollower:
 
 def write(config: Config, key: str, value: dict[str, object] | None) -> None:
     """Writes one control record durably."""
-    producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control")
+    topic = control_topic(config.message_topic)
+    producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control", warm_topic=topic)
     try:
-        topic = control_topic(config.message_topic)
         topic_partitions(producer.client, config, topic, "control")
         payload = None if value is None else json.dumps(value).encode()
-        producer.produce_future(topic, payload, key.encode()).result(  # type: ignore[arg-type]
-            config.connect_timeout_ms / 1000 + 20)
+        delivery = producer.produce_future(topic, payload, key.encode())  # type: ignore[arg-type]
+        producer.wait(delivery, config.connect_timeout_ms / 1000 + 20)
+        delivery.result(0)
     finally:
         producer.close(5)
 

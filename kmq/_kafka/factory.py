@@ -10,14 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import structlog
 from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka.admin import AdminClient
 
 from kmq._kafka.control import ControlFollower
 from kmq._kafka.producer import PolledProducer
+from kmq._kafka.retention import Retention, check_retention
+from kmq._kafka.settings import base_settings
 from kmq.config import Config
 from kmq.delivery import Delivery
+from kmq.errors import KmqError
 from kmq.wire import MessageId
 from kmq.wire.control import ControlState
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 
 class GroupClient(Protocol):
@@ -30,6 +37,7 @@ class GroupClient(Protocol):
     def assign(self, partitions: list[Any]) -> None: ...
     def incremental_assign(self, partitions: list[Any]) -> None: ...
     def unassign(self) -> None: ...
+    def seek(self, partition: Any) -> None: ...
     def incremental_unassign(self, partitions: list[Any]) -> None: ...
     def assignment(self) -> list[Any]: ...
     def pause(self, partitions: list[Any]) -> None: ...
@@ -48,6 +56,8 @@ class ProducerClient(Protocol):
                 on_done: Callable[[Any, Any], None] | None = ..., partition: int | None = ...) -> None: ...
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = ...) -> Delivery[MessageId]: ...
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None: ...
     def flush(self, timeout_s: float) -> int: ...
     def close(self, timeout_s: float = ...) -> int: ...
     @property
@@ -71,8 +81,10 @@ class ClientFactory(Protocol):
     """Builds the Kafka clients of a consumer or a tracker from the settings kmq chose."""
 
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient: ...
-    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient: ...
+    def reader(self, settings: dict[str, Any]) -> GroupClient: ...
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient: ...
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
+    def retention(self, config: Config) -> Retention | None: ...
 
 
 class KafkaClients:
@@ -81,8 +93,23 @@ class KafkaClients:
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient:
         return KafkaConsumer(settings)  # type: ignore[return-value]
 
-    def producer(self, settings: dict[str, Any], name: str) -> ProducerClient:
-        return PolledProducer(settings, name)
+    def reader(self, settings: dict[str, Any]) -> GroupClient:
+        """A consumer that assigns partitions and seeks (the tracker's read-back of Starts by reference)."""
+        return KafkaConsumer(settings)  # type: ignore[return-value]
+
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient:
+        return PolledProducer(settings, name, warm_topic)
 
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient:
         return ControlFollower(config, on_change=on_change)
+
+    def retention(self, config: Config) -> Retention | None:
+        """The topics' retention when the consumer may write Starts by reference, else None (it copies)."""
+        try:
+            retention = check_retention(AdminClient(base_settings(config, "kmq-retention")), config,
+                                        config.connect_timeout_ms / 1000)
+        except KmqError as err:
+            log.warning("start_references_off", error=str(err),
+                        note="the topics' retention could not be read: Starts copy their payloads")
+            return None
+        return None if retention is None or retention.problems() else retention

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -16,6 +17,12 @@ from kmq.delivery import Delivery
 from kmq.errors import DeliveryError
 from kmq.wire import MessageId
 
+#: One metadata answer for the idempotent producer's id (see PolledProducer); it is an optimisation, so short.
+WARM_UP_TIMEOUT_S = 1.0
+#: How long one flush slice of ``wait`` runs (it ends with its record's report, not with the whole queue's), and
+#: the longer slice after ``LONG_WAIT_S`` (a slow broker: fewer wake-ups, overshoot still small beside the wait).
+FLUSH_SLICE_S, LONG_SLICE_S, LONG_WAIT_S = 0.001, 0.01, 0.05
+
 
 class MarkerProducer(Protocol):
     """The producer calls the writer makes (PolledProducer has them)."""
@@ -24,21 +31,49 @@ class MarkerProducer(Protocol):
                 on_done: Callable[[Any, Any], None] | None = None) -> None: ...
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Any = None) -> Delivery[MessageId]: ...
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None: ...
     def flush(self, timeout_s: float) -> int: ...
 
 
 class PolledProducer:
-    """A confluent Producer with a thread serving delivery callbacks, and per-record futures."""
+    """A confluent Producer with a thread serving delivery callbacks, and per-record futures.
 
-    def __init__(self, settings: dict[str, Any], name: str) -> None:
+    ``warm_topic``: the topic it will write to. An idempotent librdkafka producer asks for its producer id 500 ms
+    after it is made (or when a metadata answer comes in with a broker up), and holds every record until it has
+    one: so the first record of a fresh producer waited ~0.5 s. The poll thread asks for that topic's metadata at
+    once (twice: the first answer may come before the broker it names is connected), and the id comes ~one round
+    trip after construction, without blocking it.
+    """
+
+    def __init__(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> None:
         self._producer = KafkaProducer(settings)
         self._closed = threading.Event()
+        self._warm_topic = warm_topic
+        self._lock = threading.Lock()
+        self._waiters = 0
         self._thread = threading.Thread(target=self._serve, name=f"kmq-{name}-poll", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
+        if self._warm_topic is not None:
+            self._warm_up(self._warm_topic)
         while not self._closed.is_set():
+            if self._waiters:
+                # A synchronous wait serves the reports meanwhile (see wait): two threads polling one queue
+                # race for each report, and the loser's flush slice runs out its time.
+                self._closed.wait(FLUSH_SLICE_S)
+                continue
             self._producer.poll(0.05)
+
+    def _warm_up(self, topic: str) -> None:
+        for _ in range(2):
+            if self._closed.is_set():
+                return
+            try:
+                self._producer.list_topics(topic, timeout=WARM_UP_TIMEOUT_S)
+            except KafkaException:
+                return  # the broker is not there yet: librdkafka's own timer asks for the id later
 
     def produce(self, topic: str, value: bytes, key: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None,
@@ -59,6 +94,18 @@ class PolledProducer:
             except KafkaException as exc:
                 raise to_kmq_error(exc, f"cannot produce to {topic}") from exc
 
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[KafkaError | None, KafkaMessage], None]) -> None:
+        """Records of one key without headers in one call (librdkafka's batch produce: one lock and one wake-up of
+        the broker thread for them all, where a kafka-mq-go-format consumer wrote two records per message);
+        ``on_done`` is called for each. What librdkafka's queue cannot take now is produced one by one."""
+        batch: list[dict[str, Any]] = [{"value": value, "key": key} for value in values]
+        if self._producer.produce_batch(topic, batch, on_delivery=on_done) == len(batch):
+            return
+        for message in batch:
+            if "_error" in message:
+                self.produce(topic, message["value"], key, on_done=on_done)  # waits for room; raises the rest
+
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()
@@ -72,6 +119,25 @@ class PolledProducer:
 
         self.produce(topic, value, key, headers, done)
         return delivery
+
+    def wait(self, delivery: Delivery[Any], timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for ``delivery`` without lingering: while a flush runs librdkafka sends what
+        it holds at once (``linger.ms``, which makes ``send_async`` batches, is ignored), so a synchronous send
+        costs one round trip instead of linger + round trip. Flushes in short slices, so the wait ends with this
+        record's report, not with everything queued by other threads. True once done."""
+        started = time.monotonic()
+        with self._lock:
+            self._waiters += 1
+        try:
+            while not delivery.done():
+                waited = time.monotonic() - started
+                if waited >= timeout_s:
+                    return False
+                self._producer.flush(min(timeout_s - waited, FLUSH_SLICE_S if waited < LONG_WAIT_S else LONG_SLICE_S))
+            return True
+        finally:
+            with self._lock:
+                self._waiters -= 1
 
     def flush(self, timeout_s: float) -> int:
         return int(self._producer.flush(timeout_s))

@@ -57,6 +57,19 @@ def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, A
     return settings
 
 
+def reader_settings(config: Config, group: str, client_id: str) -> dict[str, Any]:
+    """A consumer that reads given offsets back (no group membership, no commits): the tracker's read-back."""
+    return {
+        **consumer_settings(config.replace(client_id=""), group, client_id),
+        "enable.partition.eof": True,  # the end of a partition ends a range: what it did not hold is not there
+        "auto.offset.reset": "error",  # never read from elsewhere than asked
+        "fetch.wait.max.ms": 20,  # a range's end is read at once, not after the broker's half-second hold
+        # Memory stays within what one round reads ahead, whatever the payloads.
+        "queued.max.messages.kbytes": 16384,
+        "fetch.max.bytes": 16 * 1024 * 1024,
+    }
+
+
 def instance_id() -> str:
     """Who writes a marker: host and process, short and set once per process."""
     return f"{socket.gethostname()[:32]}:{os.getpid()}"

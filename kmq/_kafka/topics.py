@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
 from kmq._kafka.errors import to_kmq_error
+from kmq._kafka.retention import check_retention
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
@@ -91,8 +92,10 @@ def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, ti
         time.sleep(0.1)
 
 
-def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None) -> dict[str, int]:
-    """Verifies the topics exist and the markers topic uses LogAppendTime; returns partitions per topic."""
+def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None,
+                 strict_retention: bool = False) -> dict[str, int]:
+    """Verifies the topics exist and the markers topic uses LogAppendTime, and checks their retention
+    (kmq._kafka.retention: an error with ``strict_retention``, else logged); returns partitions per topic."""
     admin = admin or _admin(config)
     try:
         meta = admin.list_topics(timeout=timeout_s)
@@ -112,4 +115,5 @@ def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient 
         raise TopicError(f"markers topic {config.marker_topic!r} has message.timestamp.type={ts_type}; "
                          "kmq needs LogAppendTime (kafka-configs --alter --add-config "
                          "message.timestamp.type=LogAppendTime)")
+    check_retention(admin, config, timeout_s, strict=strict_retention)
     return found

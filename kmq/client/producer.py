@@ -91,7 +91,8 @@ class Producer:
         self._queue = queue
         self._key = queue.encode()
         self._client = _kafka.PolledProducer(
-            _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}")
+            _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}",
+            warm_topic=config.message_topic)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
 
@@ -136,12 +137,11 @@ class Producer:
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
         future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
                                  ttl=ttl)
-        try:
-            return future.result(wait_s)
-        except TimeoutError:
+        if not self._client.wait(future, wait_s):
             raise DeliveryError(
                 f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "
-                f"is Kafka reachable at {self._config.bootstrap_servers}?", retriable=True) from None
+                f"is Kafka reachable at {self._config.bootstrap_servers}?", retriable=True)
+        return future.result(0)
 
     def flush(self, timeout: float = 30.0) -> int:
         """Waits for every queued message; returns how many are still undelivered after ``timeout``."""

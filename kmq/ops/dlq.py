@@ -107,7 +107,8 @@ def redrive(config: Config, queue: str, limit: int | None = None) -> int:
 
 
 def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
-    producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive")
+    producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive",
+                              warm_topic=config.message_topic)
     try:
         futures = []
         for letter in letters:

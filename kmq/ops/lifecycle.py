@@ -58,8 +58,9 @@ class _Open:
     queue: str
     first_id: MessageId
     started_ms: int
-    #: The payload: what links a kafka-mq-go tracker's copy (which has no first-id header) to this message.
-    value: bytes
+    #: The payload: what links a kafka-mq-go tracker's copy (which has no first-id header) to this message; None for
+    #: a Start by reference (kmq's, so never copied by a kafka-mq-go tracker).
+    value: bytes | None
     released: bool = False
     #: Waiting for its due time (a "delayed" KeepAlive): the tracker brings it back then.
     delayed: bool = False
@@ -130,6 +131,9 @@ class LifecycleFold:
         summary = self.queue(marker.queue)
         summary.deliveries += 1
         summary.redelivered += (marker.delivery_count or 1) > 1
+        if marker.reference:
+            self._open[marker.message_id] = _Open(marker.message_id, marker.queue, marker.first_id, timestamp_ms, None)
+            return
         item = _Open(marker.message_id, marker.queue, marker.first_id, timestamp_ms, marker.value)
         content = (marker.queue, marker.value)
         if marker.first_message_id in (None, marker.message_id):  # a first delivery, as far as headers tell
@@ -148,7 +152,8 @@ class LifecycleFold:
         if copy is not None and copy.message_id in self._open:
             self._link(original, copy, summary)
         else:
-            self._bare_ended[(original.queue, original.value)].append(original)
+            if original.value is not None:
+                self._bare_ended[(original.queue, original.value)].append(original)
             summary.go_ends += 1
 
     def _link(self, original: _Open, copy: _Open, summary: QueueSummary) -> None:
@@ -160,6 +165,8 @@ class LifecycleFold:
 
     def _close(self, item: _Open) -> None:
         del self._open[item.message_id]
+        if item.value is None:
+            return
         same = self._open_by_content.get((item.queue, item.value))
         if same is not None:
             same.pop(item.message_id, None)

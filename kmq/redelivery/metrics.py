@@ -18,6 +18,9 @@ class TrackerMetrics:
         self.redeliveries = Counter("kmq_redeliveries", "Messages redelivered, per queue", ["queue"], registry=r)
         self.dead_letters = Counter("kmq_dead_letters", "Messages sent to the dead-letter topic", ["queue"],
                                     registry=r)
+        self.unreadable = Counter("kmq_unreadable_records", "Messages dead-lettered because their record could not "
+                                  "be read back for a Start by reference (deleted by retention, compacted)",
+                                  ["queue"], registry=r)
         self.malformed = Counter("kmq_malformed_markers", "Markers-topic records skipped as malformed", registry=r)
         self.in_flight = Gauge("kmq_in_flight", "Messages started and not ended, per queue", ["queue"], registry=r)
         self.oldest_age = Gauge("kmq_oldest_in_flight_age_seconds", "Age of the oldest in-flight message",

@@ -1,14 +1,15 @@
-"""The in-flight messages of one markers partition, in three structures kept in step.
+"""The in-flight messages of one markers partition, in structures kept in step.
 
-- ``in_flight``: message id → InFlight (what to redeliver: the Start's payload and metadata, held once);
-- ``deadlines``: message id → deadline ms, for messages waiting on their deadline, with a heap of (deadline, id)
-  whose stale entries (a keep-alive moved the deadline) are skipped when they surface;
-- the marker offsets holding in-flight Starts, counted per offset (a kmq batch record holds many Starts) with a
-  heap of offsets: the smallest one still counted is the offset to commit.
+- ``in_flight``: message id → InFlight, for Starts that carry their payload (kafka-mq-go's, kmq's copies), with
+  ``deadlines``: message id → deadline ms for those waiting on it, and a heap of (deadline, id) whose stale entries
+  (a keep-alive moved the deadline) are skipped when they surface;
+- ``refs``: the Starts by reference (kmq.redelivery.ref_store), a few tens of bytes each;
+- the marker offsets holding in-flight Starts of either kind, counted per offset (a kmq batch record holds many
+  Starts) with a heap of offsets: the smallest one still counted is the offset to commit.
 
-Lifecycle of a message: Start enters all three; KeepAlive moves its deadline; ``take_expired`` removes it from
-``deadlines`` only (it is being redelivered: still in flight, still pinning the committed offset); End removes it
-from all three. Pure: no Kafka, no clock of its own.
+A partition may hold all three kinds at once (a deployment upgraded while messages were in flight). Lifecycle of a
+message: Start enters; KeepAlive moves its deadline; ``take_expired`` takes it (it is being redelivered: still in
+flight, still pinning the committed offset); End removes it. Pure: no Kafka, no clock of its own.
 """
 
 from __future__ import annotations
@@ -16,37 +17,21 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kmq.errors import MarkerDecodeError
+from kmq.redelivery.in_flight import InFlight
+from kmq.redelivery.ref_store import OFFSET_LIMIT, RefStore, pack, packed_ids, unpack
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 from kmq.wire.marker_batch import DecodedBatch
-from kmq.wire.markers import Headers, Marker, MarkerType, StartView
+from kmq.wire.markers import Headers, Marker, MarkerType, parse_with_id
+from kmq.wire.start_refs import RefStarts
 
 #: Stale heap entries tolerated per live deadline before the heap is rebuilt.
 COMPACT_FACTOR = 2
 
-
-@dataclass(slots=True)
-class InFlight(StartView):
-    """A started, not yet ended message: the Start's payload and metadata, and its deadline."""
-
-    message_id: MessageId
-    key: bytes
-    value: bytes
-    headers: Headers
-    #: 0 when a kafka-mq-go consumer wrote the Start (unknown: treated as 1).
-    delivery_count: int
-    first_message_id: MessageId | None
-    enqueued_at_ms: int
-    marker_offset: int
-    start_timestamp_ms: int
-    deadline_ms: int
-    #: No handler had it (given back unprocessed, or read before its due time): the copy keeps ``delivery_count``.
-    returned: bool = False
-    #: Who Started it: (client_id, instance_id), one tuple shared by a batch's entries; None from kafka-mq-go.
-    holder: tuple[str, str] | None = None
-
+_END, _KEEPALIVE = int(MarkerType.END), int(MarkerType.KEEPALIVE)
 
 #: What a Start carries into the state: id, payload, headers, delivery count, first id, enqueued-at.
 StartEntry = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
@@ -62,10 +47,17 @@ class PartitionState:
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
     stats: Counter[str] = field(default_factory=Counter)
+    refs: RefStore = field(init=False)
+    _refs_held: Mapping[int, object] = field(init=False)
     _deadline_heap: list[tuple[int, MessageId]] = field(default_factory=list)
     _starts_at: dict[int, int] = field(default_factory=dict)
     _offset_heap: list[int] = field(default_factory=list)
     _holders: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.refs = RefStore(self._count_starts, self._count_end)
+        #: The RefStore's id table: truthy while any Start by reference is held (a C-level test on the hot path).
+        self._refs_held = self.refs.ids
 
     def apply(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
         """Folds one marker (from the record at ``offset`` with log time ``timestamp_ms``) into the state."""
@@ -80,6 +72,44 @@ class PartitionState:
         else:
             self.end((marker.message_id,))
 
+    def apply_plain(self, offset: int, timestamp_ms: int, data: bytes | None) -> None:
+        """Folds one per-message marker record (kafka-mq-go's format) straight from its protobuf, without building a
+        Marker (the tracker's path, two markers or more per message: ``apply(decode(data))`` costs twice as much);
+        MarkerDecodeError if malformed."""
+        msg, kind, mid = parse_with_id(data)
+        if offset >= self.next_offset:
+            self.next_offset = offset + 1
+        in_flight = self.in_flight
+        if kind == _END:
+            if self._refs_held:
+                self.end((mid,))
+                return
+            known = in_flight.pop(mid, None)
+            if known is None:
+                self.stats["unknown_end"] += 1
+            else:
+                self.deadlines.pop(mid, None)
+                self._count_end(known.marker_offset)
+        elif kind == _KEEPALIVE:
+            self.keep_alive(timestamp_ms + msg.redeliver_after_ms, (mid,), returned=msg.reason in UNCOUNTED_REASONS)
+        else:
+            deadline = timestamp_ms + msg.redeliver_after_ms
+            if mid in in_flight:
+                self._restart(mid, deadline)
+            elif self._refs_held and pack(mid) in self.refs:
+                self.stats[self.refs.refresh(pack(mid), deadline)] += 1
+            else:
+                first = msg.first_message_id if msg.HasField("first_message_id") else None
+                in_flight[mid] = InFlight(
+                    mid, msg.key, msg.value, tuple((h.key, h.value) for h in msg.headers) if msg.headers else (),
+                    msg.delivery_count, None if first is None else MessageId(first.partition, first.offset),
+                    msg.enqueued_at_ms, offset, timestamp_ms, deadline)
+                self._set_deadline(mid, deadline)
+                if offset in self._starts_at:
+                    self._starts_at[offset] += 1
+                else:
+                    self._count_starts(offset, 1)
+
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
         """Folds one kmq batch record, entry by entry, in the order its markers apply."""
         if batch.hello:
@@ -90,37 +120,95 @@ class PartitionState:
             found = (batch.client_id, batch.instance_id)
             holder = self._holders.setdefault(found, found)
         self.start(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.starts(), holder)
-        self.keep_alive(timestamp_ms + batch.redeliver_after_ms, batch.keep_alives())
+        if batch.refs:
+            self.start_refs(offset, timestamp_ms, batch.key, batch.redeliver_after_ms, batch.refs, holder)
+        self._keep_alive_columns(timestamp_ms + batch.redeliver_after_ms, *batch.keep_alive_columns())
         for marker in batch.settles():
             self.apply(offset, timestamp_ms, marker)
-        self.end(batch.acks())
+        self._end_columns(*batch.ack_columns())
+
+    # --- Starts ----------------------------------------------------------------------------------------------
 
     def start(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int,
               entries: Iterable[StartEntry], holder: tuple[str, str] | None = None) -> None:
-        """Starts of one record: each enters the state, or refreshes the deadline of a known one."""
+        """Starts of one record that carry their payload: each enters the state, or refreshes the deadline of a
+        known one."""
         self.next_offset = max(self.next_offset, offset + 1)
         deadline = timestamp_ms + redeliver_after_ms
-        in_flight, deadlines = self.in_flight, self.deadlines
+        in_flight = self.in_flight
         added = 0
         for message_id, value, headers, count, first, enqueued in entries:
-            if message_id not in in_flight:
+            if message_id in in_flight:
+                self._restart(message_id, deadline)
+            elif self._refs_held and pack(message_id) in self.refs:
+                self.stats[self.refs.refresh(pack(message_id), deadline)] += 1
+            else:
                 in_flight[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
                                                  offset, timestamp_ms, deadline, holder=holder)
                 self._set_deadline(message_id, deadline)
                 added += 1
-            elif message_id in deadlines:
-                # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
-                in_flight[message_id].deadline_ms = deadline
-                self._set_deadline(message_id, deadline)
-                self.stats["duplicate_start"] += 1
-            else:
-                self.stats["start_while_redelivering"] += 1
         if added:
-            if offset not in self._starts_at:
-                heapq.heappush(self._offset_heap, offset)
-            self._starts_at[offset] = self._starts_at.get(offset, 0) + added
+            self._count_starts(offset, added)
+
+    def start_refs(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int, refs: RefStarts,
+                   holder: tuple[str, str] | None = None) -> None:
+        """Starts by reference of one record (see ``start``)."""
+        self.next_offset = max(self.next_offset, offset + 1)
+        if max(refs.offsets) >= OFFSET_LIMIT:
+            raise MarkerDecodeError(f"start reference offset {max(refs.offsets)} beyond {OFFSET_LIMIT}", None)
+        deadline = timestamp_ms + redeliver_after_ms
+        packed = packed_ids(refs.partitions(), refs.offsets)
+        enqueued, extras = refs.enqueued_at_ms, refs.extras
+        if self.in_flight or self.refs.knows_any(packed):
+            fresh = self._new_refs(packed, deadline)
+            packed, enqueued = [packed[i] for i in fresh], [enqueued[i] for i in fresh]
+            extras = {new: extras[old] for new, old in enumerate(fresh) if old in extras}
+        self.refs.add(offset, timestamp_ms, key, deadline, packed, enqueued, extras, holder)
+
+    def _new_refs(self, packed: list[int], deadline: int) -> list[int]:
+        """The indexes of the Starts not yet in flight; the others get a fresh deadline (a consumer re-read them)."""
+        fresh = []
+        for i, pid in enumerate(packed):
+            if pid in self.refs:
+                self.stats[self.refs.refresh(pid, deadline)] += 1
+            elif unpack(pid) in self.in_flight:
+                self._restart(unpack(pid), deadline)
+            else:
+                fresh.append(i)
+        return fresh
+
+    def _restart(self, message_id: MessageId, deadline: int) -> None:
+        if message_id in self.deadlines:
+            # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
+            self.in_flight[message_id].deadline_ms = deadline
+            self._set_deadline(message_id, deadline)
+            self.stats["duplicate_start"] += 1
+        else:
+            self.stats["start_while_redelivering"] += 1
+
+    def _count_starts(self, offset: int, added: int) -> None:
+        if offset not in self._starts_at:
+            heapq.heappush(self._offset_heap, offset)
+        self._starts_at[offset] = self._starts_at.get(offset, 0) + added
+
+    def _count_end(self, offset: int) -> None:
+        left = self._starts_at[offset] - 1
+        if left:
+            self._starts_at[offset] = left
+        else:
+            del self._starts_at[offset]
+
+    # --- keep-alives and Ends -----------------------------------------------------------------------------------
 
     def keep_alive(self, deadline_ms: int, message_ids: Iterable[MessageId], *, returned: bool = False) -> None:
+        if self._refs_held:
+            ids = list(message_ids)
+            unknown, redelivering = self.refs.keep_alive(deadline_ms, list(map(pack, ids)), returned=returned)
+            self.stats["keepalive_while_redelivering"] += redelivering
+            message_ids = [ids[i] for i in unknown]
+        self._keep_alive_copies(deadline_ms, message_ids, returned)
+
+    def _keep_alive_copies(self, deadline_ms: int, message_ids: Iterable[MessageId], returned: bool) -> None:
         for message_id in message_ids:
             known = self.in_flight.get(message_id)
             if known is None:
@@ -132,10 +220,44 @@ class PartitionState:
                 known.deadline_ms = deadline_ms
                 self._set_deadline(message_id, deadline_ms)
 
+    def _keep_alive_columns(self, deadline_ms: int, partitions: list[int], offsets: list[int]) -> None:
+        if not partitions:
+            return
+        if self._refs_held:
+            unknown, redelivering = self.refs.keep_alive(deadline_ms, packed_ids(partitions, offsets), returned=False)
+            self.stats["keepalive_while_redelivering"] += redelivering
+            self._keep_alive_copies(deadline_ms, [MessageId(partitions[i], offsets[i]) for i in unknown], False)
+        else:
+            self._keep_alive_copies(deadline_ms, map(MessageId, partitions, offsets), False)
+
+    def end(self, message_ids: Iterable[MessageId]) -> None:
+        if self._refs_held:
+            ids = list(message_ids)
+            message_ids = [ids[i] for i in self.refs.end(list(map(pack, ids)))]
+        self._end_copies(message_ids)
+
+    def _end_columns(self, partitions: list[int], offsets: list[int]) -> None:
+        if not partitions:
+            return
+        if self._refs_held:
+            unknown = self.refs.end(packed_ids(partitions, offsets))
+            self._end_copies([MessageId(partitions[i], offsets[i]) for i in unknown])
+        else:
+            self._end_copies(map(MessageId, partitions, offsets))
+
+    def _end_copies(self, message_ids: Iterable[MessageId]) -> None:
+        for message_id in message_ids:
+            known = self.in_flight.pop(message_id, None)
+            if known is None:
+                self.stats["unknown_end"] += 1
+                continue
+            self.deadlines.pop(message_id, None)
+            self._count_end(known.marker_offset)
+
     def takeover(self, client_id: str, instance_id: str, timestamp_ms: int) -> int:
         """A consumer with a stable ``client_id`` restarted as ``instance_id``: what its earlier instances hold is due
         now (a crash: each counts as a delivery). Rare (one per restart), so a scan; returns how many."""
-        taken = 0
+        taken = self.refs.take_over(client_id, instance_id, timestamp_ms)
         for message_id, item in self.in_flight.items():
             holder = item.holder
             if holder is not None and holder[0] == client_id and holder[1] != instance_id \
@@ -146,18 +268,7 @@ class PartitionState:
         self.stats["taken_over"] += taken
         return taken
 
-    def end(self, message_ids: Iterable[MessageId]) -> None:
-        for message_id in message_ids:
-            known = self.in_flight.pop(message_id, None)
-            if known is None:
-                self.stats["unknown_end"] += 1
-                continue
-            self.deadlines.pop(message_id, None)
-            left = self._starts_at[known.marker_offset] - 1
-            if left:
-                self._starts_at[known.marker_offset] = left
-            else:
-                del self._starts_at[known.marker_offset]
+    # --- deadlines ----------------------------------------------------------------------------------------------
 
     def _set_deadline(self, message_id: MessageId, deadline_ms: int) -> None:
         self.deadlines[message_id] = deadline_ms
@@ -175,12 +286,17 @@ class PartitionState:
             if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
                 del deadlines[message_id]
                 expired.append(self.in_flight[message_id])
+        if self._refs_held:
+            expired += self.refs.take_expired(now_ms)
+            expired.sort(key=_deadline)
         return expired
 
     def next_deadline_ms(self) -> int | None:
         """The earliest deadline waiting, or None; possibly one since moved or ended (which only wakes the tracker
         early for nothing)."""
-        return self._deadline_heap[0][0] if self._deadline_heap else None
+        ours = self._deadline_heap[0][0] if self._deadline_heap else None
+        refs = self.refs.next_deadline_ms()
+        return refs if ours is None else ours if refs is None else min(ours, refs)
 
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
@@ -190,7 +306,11 @@ class PartitionState:
         return heap[0] if heap else self.next_offset
 
     def __len__(self) -> int:
-        return len(self.in_flight)
+        return len(self.in_flight) + len(self.refs)
+
+    def message_ids(self, *, waiting: bool = False) -> set[MessageId]:
+        """Every message in flight, of either kind of Start; with ``waiting``, only those not being redelivered."""
+        return self.refs.message_ids(waiting=waiting) | set(self.deadlines if waiting else self.in_flight)
 
     def per_queue(self) -> dict[str, tuple[int, int]]:
         """Queue → (in flight, oldest Start timestamp ms)."""
@@ -198,4 +318,9 @@ class PartitionState:
         for item in self.in_flight.values():
             count, oldest = out.get(item.queue, (0, sys.maxsize))
             out[item.queue] = (count + 1, min(oldest, item.start_timestamp_ms))
+        self.refs.per_queue(out)
         return out
+
+
+def _deadline(item: InFlight) -> int:
+    return item.deadline_ms

@@ -1,6 +1,8 @@
-"""Redeliverer: the life of one redelivery, COPY → END → DONE, with retries.
+"""Redeliverer: the life of one redelivery, (READ →) COPY → END → DONE, with retries.
 
-COPY produces the expired message's payload again (to the messages topic, or to the dead-letter topic once it
+READ (a Start by reference only) reads the payload and headers back from the messages topic (RecordReader); a
+record that is not there any more makes the copy a dead letter with UNREADABLE_REASON and no payload. COPY
+produces the expired message's payload again (to the messages topic, or to the dead-letter topic once it
 has had ``max_deliveries``); END writes an End marker for the old id, so no tracker redelivers it again; reading
 that End back removes the message from the partition state. A failed step is retried with backoff, never
 dropped; a step whose partition is no longer ours is dropped, because the new owner replays the Start. In the
@@ -14,14 +16,16 @@ import queue as stdqueue
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from kmq import wire
 from kmq._kafka.producer import MarkerProducer
 from kmq.config import MARKER_FORMAT_KMQ, Config
-from kmq.redelivery.partition_state import InFlight
+from kmq.redelivery.in_flight import InFlight
+from kmq.redelivery.record_reader import Failed, Found, Outcome
+from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 
@@ -31,6 +35,7 @@ RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class Step(enum.Enum):
+    READ = "read"
     COPY = "copy"
     END = "end"
     DONE = "done"
@@ -45,6 +50,8 @@ class Attempt:
     dead_letter: bool
     #: Purged (``kmq purge``): no copy, just an End.
     purged: bool = False
+    #: Why its record could not be read back (a Start by reference): dead-lettered without a payload.
+    unreadable: str = ""
     step: Step = Step.COPY
     failures: int = 0
     due: float = 0.0
@@ -56,12 +63,18 @@ class Attempt:
         return (self.item.delivery_count or 1) + (0 if self.dead_letter or self.item.returned else 1)
 
 
+class Reader(Protocol):
+    """Reads records back for Starts by reference (RecordReader): answers through ``Redeliverer.read_done``."""
+
+    def request(self, message_id: MessageId, key: bytes, token: object) -> None: ...
+
+
 class Redeliverer:
     """Runs attempts through their steps; ``poll()`` from the tracker's loop thread, completions from any."""
 
     def __init__(self, config: Config, sender: MarkerProducer, markers: MarkerProducer,
                  monotonic: Callable[[], float], on_copied: Callable[[Attempt], None],
-                 client_id: str = wire.TRACKER_CLIENT_ID) -> None:
+                 client_id: str = wire.TRACKER_CLIENT_ID, reader: Reader | None = None) -> None:
         self._config = config
         #: Written into the tracker's Ends: the same id as its clients and clock probes.
         self._client_id = client_id
@@ -73,12 +86,16 @@ class Redeliverer:
         self._retries: deque[Attempt] = deque()
         self._ends: list[Attempt] = []
         self._completions: stdqueue.SimpleQueue[tuple[list[Attempt], str | None]] = stdqueue.SimpleQueue()
+        self._reader = reader
+        self._reads: stdqueue.SimpleQueue[tuple[Attempt, Outcome]] = stdqueue.SimpleQueue()
         #: Produce calls whose delivery report has not come back.
         self.outstanding = 0
+        #: Records asked of the reader and not answered.
+        self.reading = 0
 
     @property
     def unfinished(self) -> int:
-        return self.outstanding + len(self._retries) + len(self._ends)
+        return self.outstanding + self.reading + len(self._retries) + len(self._ends)
 
     @property
     def copies_awaiting_end(self) -> bool:
@@ -88,14 +105,53 @@ class Redeliverer:
         if attempt.purged:
             attempt.step = Step.END
             self._ends.append(attempt)
-            return
-        self._copy(attempt)
+        elif attempt.item.value is None:
+            attempt.step = Step.READ
+            self._read(attempt)
+        else:
+            self._copy(attempt)
 
     def poll(self, owned: Callable[[int], bool]) -> None:
         """Moves finished steps on, fires due retries, writes the Ends gathered meanwhile."""
+        self._finish_reads(owned)
         self._finish_completions()
         self._fire_retries(owned)
         self._write_ends()
+
+    # READ
+
+    def _read(self, attempt: Attempt) -> None:
+        if self._reader is None:
+            self._retry(attempt, "no reader for Starts by reference")
+            return
+        self.reading += 1
+        self._reader.request(attempt.item.message_id, attempt.item.key, attempt)
+
+    def read_done(self, token: object, outcome: Outcome) -> None:
+        """The reader's answer (any thread)."""
+        self._reads.put((token, outcome))  # type: ignore[arg-type]
+
+    def _finish_reads(self, owned: Callable[[int], bool]) -> None:
+        while True:
+            try:
+                attempt, outcome = self._reads.get_nowait()
+            except stdqueue.Empty:
+                return
+            self.reading -= 1
+            if not owned(attempt.partition):
+                continue  # revoked: the new owner replays the Start and redelivers it
+            if isinstance(outcome, Failed):
+                self._retry(attempt, outcome.error)
+                continue
+            attempt.step = Step.COPY
+            if isinstance(outcome, Found):
+                attempt.item.value, attempt.item.headers = outcome.value, outcome.headers
+            else:
+                attempt.unreadable, attempt.dead_letter = outcome.reason, True
+                attempt.item.value = b""
+                log.error("record_unreadable", queue=attempt.item.queue, message_id=str(attempt.item.message_id),
+                          reason=outcome.reason, note="dead-lettered without its payload")
+            self._copy(attempt)
 
     # COPY
 
@@ -106,10 +162,12 @@ class Redeliverer:
         delivery = wire.DeliveryHeaders(attempt.delivery_count, item.first_id,
                                         item.enqueued_at_ms or item.start_timestamp_ms)
         if attempt.dead_letter:
-            headers = wire.DeadLetterHeaders(wire.max_deliveries_reason(self._config.max_deliveries), item.key,
-                                             delivery).encode(item.headers)
+            reason = (wire.UNREADABLE_REASON if attempt.unreadable
+                      else wire.max_deliveries_reason(self._config.max_deliveries))
+            headers = wire.DeadLetterHeaders(reason, item.key, delivery).encode(item.headers)
         else:
             headers = [*item.headers, *delivery.encode()]
+        assert item.value is not None  # read back before the copy
         self._produce(producer, topic, item.value, item.key, [attempt], headers=headers)
 
     # END
@@ -119,7 +177,8 @@ class Redeliverer:
             return Marker(MarkerType.END, attempt.item.message_id, end_reason=EndReason.REJECTED,
                           reason=wire.PURGED_REASON, client_id=self._client_id)
         reason = EndReason.DEAD_LETTERED if attempt.dead_letter else EndReason.REDELIVERED
-        return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=self._client_id)
+        return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=self._client_id,
+                      reason=wire.UNREADABLE_REASON if attempt.unreadable else "")
 
     def _write_ends(self) -> None:
         ends, self._ends = self._ends, []
@@ -176,6 +235,8 @@ class Redeliverer:
                 self._retries.append(attempt)
             elif attempt.step is Step.END:
                 self._ends.append(attempt)
+            elif attempt.step is Step.READ:
+                self._read(attempt)
             else:
                 self._copy(attempt)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -28,14 +29,16 @@ from kmq.redelivery.clock import Monotonic
 from kmq.redelivery.clock_probe import ClockProbes
 from kmq.redelivery.copy_log import CopyLog
 from kmq.redelivery.metrics import StatePublisher, TrackerMetrics
+from kmq.redelivery.partition_state import PartitionState
 from kmq.redelivery.partitions import OwnedPartitions, Partition
+from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
-from kmq.wire.marker_batch import decode_batch, is_batch
-from kmq.wire.markers import decode
+from kmq.wire.marker_batch import decode_batch
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 BATCH = 1000
+MIN_COMMIT_INTERVAL_S = 0.1
 #: The longest the loop waits for markers; less when a deadline falls due sooner.
 POLL_S = 0.05
 METRICS_INTERVAL_S = 5.0
@@ -61,20 +64,28 @@ class RedeliveryTracker:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._fatal: KmqError | None = None
+        # At most every MIN_COMMIT_INTERVAL_S however many markers come: a commit holds the loop ~1 ms while
+        # librdkafka fetches (measured), and at kafka-mq-go's 1,000 markers a commit that was 50 commits a second.
         self._commits = CommitPolicy(config.num_offsets_per_commit, config.tracker_commit_interval_ms / 1000,
-                                     monotonic)
+                                     monotonic, min_interval_s=MIN_COMMIT_INTERVAL_S)
         self._gc = RebuildGc()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
                                       lambda p: TopicPartition(config.marker_topic, p))
-        self._sender = clients.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender")
+        self._sender = clients.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender",
+                                        config.message_topic)
         self._markers = clients.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
-                                         "tracker-markers")
+                                         "tracker-markers", config.marker_topic)
         self._probe = BrokerProbe(self._markers.client, config.marker_topic)
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = clients.control(config, None).start()
+        #: Reads back the records of Starts by reference when they are redelivered (made on the first).
+        self._reader = LazyReader(lambda: RecordReader(
+            clients.reader(_kafka.reader_settings(config, wire.private_group("read-back"), f"{client_id}-reader")),
+            config.message_topic, self._redeliverer.read_done, monotonic=monotonic))
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery,
-                                        client_id)
+                                        client_id, self._reader)
         self._copy_log = CopyLog()
+        self._counters: dict[tuple[str, str], list[Any]] = {}
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
         self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)
                               if config.marker_format == MARKER_FORMAT_KMQ else None)
@@ -117,15 +128,13 @@ class RedeliveryTracker:
     def _poll_iteration(self) -> None:
         """1. read markers into the partitions' states; 2. start pending partitions, open the catch-up gates;
         3. fire what expired; 4. move redeliveries on; 5. commit and publish."""
-        for record in self._consumer.consume(BATCH, self._poll_timeout_s()):
-            self._handle(record)
+        self._handle_all(self._consumer.consume(BATCH, self._poll_timeout_s()))
         if self._clock_probes is not None:
             for p, timestamp_ms, seen_at in self._clock_probes.answers():
                 part = self._owned.get(p)
                 if part is not None:
                     part.clock.observe(timestamp_ms, seen_at)
-        for record in self._owned.init_pending(self._consumer):
-            self._handle(record)
+        self._handle_all(self._owned.init_pending(self._consumer))
         self._open_gates()
         self._fire_expired()
         self._redeliverer.poll(self._owned.__contains__)
@@ -148,36 +157,56 @@ class RedeliveryTracker:
 
     # 1. read
 
-    def _handle(self, record: KafkaMessage) -> None:
-        err = record.error()
-        if err is not None:
-            if _kafka.is_fatal(err):
-                raise _kafka.to_kmq_error(KafkaException(err), "tracker consumer")
-            log.warning("markers_consume_error", error=err.str())
+    def _handle_all(self, records: list[KafkaMessage]) -> None:
+        """Folds a poll's records into their partitions' states, in order. Per record only what must be: each
+        partition's clock observes its newest timestamp once per poll, commits count once per poll."""
+        if not records:
             return
-        part = self._owned.route(record)
-        if part is None:
-            return
-        offset = record.offset() or 0
-        timestamp_ms = _kafka.record_timestamp_ms(record)
-        part.markers_read += 1
-        part.clock.observe(timestamp_ms)
-        state = part.state
-        value = record.value()
-        try:
-            if is_batch(value):
-                batch = decode_batch(value)  # type: ignore[arg-type]
-                state.apply_batch(offset, timestamp_ms, batch)
-                if batch.hello:
-                    log.info("consumer_restarted", queue=batch.key.decode(errors="replace"), client_id=batch.client_id,
-                             instance_id=batch.instance_id, taken_over=state.stats["taken_over"])
-            else:
-                state.apply(offset, timestamp_ms, decode(value))
-        except MarkerDecodeError as bad:
-            self.metrics.malformed.inc()
-            log.warning("malformed_marker", partition=state.partition, offset=offset, reason=bad.reason)
-        state.next_offset = max(state.next_offset, offset + 1)
-        self._commits.note(1)
+        newest: dict[int, tuple[Partition, int]] = {}
+        route = self._owned.route
+        for record in records:
+            err = record.error()
+            if err is not None:
+                self._consume_error(err)
+                continue
+            part = route(record)
+            if part is None:
+                continue
+            offset = record.offset() or 0
+            kind, timestamp_ms = record.timestamp()
+            if not kind or timestamp_ms is None or timestamp_ms < 0:
+                timestamp_ms = 0
+            part.markers_read += 1
+            state = part.state
+            known = newest.get(state.partition)
+            if known is None or timestamp_ms > known[1]:
+                newest[state.partition] = (part, timestamp_ms)
+            value = record.value()
+            try:
+                if value and value[0] == 0:  # marker_batch.is_batch
+                    self._apply_batch(state, offset, timestamp_ms, value)
+                else:
+                    state.apply_plain(offset, timestamp_ms, value)
+            except MarkerDecodeError as bad:
+                self.metrics.malformed.inc()
+                log.warning("malformed_marker", partition=state.partition, offset=offset, reason=bad.reason)
+            if offset >= state.next_offset:
+                state.next_offset = offset + 1
+        for part, timestamp_ms in newest.values():
+            part.clock.observe(timestamp_ms)
+        self._commits.note(len(records))
+
+    def _apply_batch(self, state: PartitionState, offset: int, timestamp_ms: int, value: bytes) -> None:
+        batch = decode_batch(value)
+        state.apply_batch(offset, timestamp_ms, batch)
+        if batch.hello:
+            log.info("consumer_restarted", queue=batch.key.decode(errors="replace"), client_id=batch.client_id,
+                     instance_id=batch.instance_id, taken_over=state.stats["taken_over"])
+
+    def _consume_error(self, err: KafkaError) -> None:
+        if _kafka.is_fatal(err):
+            raise _kafka.to_kmq_error(KafkaException(err), "tracker consumer")
+        log.warning("markers_consume_error", error=err.str())
 
     # 2. the catch-up gate
 
@@ -211,12 +240,21 @@ class RedeliveryTracker:
 
     def _record_redelivery(self, attempt: Attempt) -> None:
         item = attempt.item
+        queue = item.queue
         lag_s = self._redelivery_lag_s(attempt)
-        (self.metrics.dead_letters if attempt.dead_letter else self.metrics.redeliveries).labels(item.queue).inc()
+        event = "unreadable" if attempt.unreadable else "dead_lettered" if attempt.dead_letter else "redelivered"
+        counters = self._counters.get((event, queue))
+        if counters is None:  # labels() costs more than the copy itself: once per queue, not per message
+            metrics = self.metrics
+            counters = [(metrics.dead_letters if attempt.dead_letter else metrics.redeliveries).labels(queue)]
+            if attempt.unreadable:
+                counters.append(metrics.unreadable.labels(queue))
+            self._counters[(event, queue)] = counters
+        for counter in counters:
+            counter.inc()
         if lag_s is not None:
             self.metrics.redelivery_lag.observe(lag_s)
-        self._copy_log.add("dead_lettered" if attempt.dead_letter else "redelivered", item.queue,
-                           str(item.message_id), str(item.first_id), attempt.delivery_count,
+        self._copy_log.add(event, queue, str(item.message_id), str(item.first_id), attempt.delivery_count,
                            None if lag_s is None else round(lag_s * 1000))
 
     def _redelivery_lag_s(self, attempt: Attempt) -> float | None:
@@ -248,8 +286,7 @@ class RedeliveryTracker:
     def _on_assigned(self, partitions: list[int]) -> None:
         self._gc.pause()
         self._owned.assigned(partitions)
-        for record in self._owned.init_pending(self._consumer, force=True):
-            self._handle(record)
+        self._handle_all(self._owned.init_pending(self._consumer, force=True))
 
     def _on_dropped(self, partitions: list[int], _lost: bool) -> None:
         self._owned.dropped(partitions)
@@ -277,6 +314,7 @@ class RedeliveryTracker:
             redeliverer.poll(self._owned.__contains__)
             time.sleep(0.02)
         self._copy_log.flush()
+        self._reader.close(max(0.5, deadline - self._monotonic()))
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._owned))

@@ -37,6 +37,7 @@ __all__ = [
     "TRACKER_CLIENT_ID",
     "TRACKER_GROUP",
     "UNCOUNTED_REASONS",
+    "UNREADABLE_REASON",
     "DeadLetterHeaders",
     "DeliveryHeaders",
     "MessageId",
@@ -160,6 +161,10 @@ PURGED_REASON = "purged"
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 #: The dead-letter reason of a ``reject()`` that gave none.
 REJECTED_REASON = "rejected"
+#: The dead-letter reason (and the tracker's End reason) of a message whose Start named its record (a Start by
+#: reference) when the tracker could not read that record back: deleted by retention, compacted away, or the topic
+#: recreated. The dead letter has no payload; its headers keep the ids, the delivery count and the queue.
+UNREADABLE_REASON = "record unreadable"
 
 
 def max_deliveries_reason(max_deliveries: int) -> str:

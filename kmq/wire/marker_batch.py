@@ -1,6 +1,8 @@
 """The batched marker codec (``marker_format: kmq``): many markers of one queue in one markers-topic record.
 
-A record value is ``BATCH_PREFIX`` (00 'K' 'B' <version>) and a ``MarkerBatch`` protobuf. A protobuf tag is never
+A record value is ``BATCH_PREFIX`` (00 'K' 'B' <version>) and a ``MarkerBatch`` protobuf: version 1, or 2 when it
+holds Starts by reference (kmq.wire.start_refs), so a version-1 reader refuses such a record (counted as malformed)
+instead of silently missing its Starts. A protobuf tag is never
 0, so a per-message decoder (kafka-mq-go's, or ``markers.decode``) rejects a batch record instead of misreading it,
 and a per-message marker never starts with 00: ``decode_record`` tells the two apart by the first byte.
 Pure: no Kafka imports.
@@ -15,13 +17,19 @@ from typing import Any, Protocol, cast
 from google.protobuf.message import DecodeError
 
 from kmq.errors import MarkerDecodeError
-from kmq.wire import CLOCK_PROBE_KEY, DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import CLOCK_PROBE_KEY, DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId, start_refs
 from kmq.wire._proto import kmq_marker_pb2 as pb
 from kmq.wire.markers import EndReason, Headers, Marker, MarkerType, decode
+from kmq.wire.start_refs import Referable, RefStarts
 
 BATCH_VERSION = 1
 BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
-#: Bytes a Start entry costs beyond its payload and headers (ids, counts, tags), for splitting batches.
+#: The version of a batch holding Starts by reference.
+REFS_VERSION = 2
+REFS_PREFIX = b"\x00KB" + bytes([REFS_VERSION])
+_VERSIONS = (BATCH_PREFIX[3:], REFS_PREFIX[3:])
+#: Bytes a Start entry costs beyond its payload and headers (ids, counts, tags), for splitting batches; a Start by
+#: reference costs at most this in all.
 START_OVERHEAD_BYTES = 48
 SETTLE_OVERHEAD_BYTES = 24
 
@@ -64,9 +72,12 @@ def start_size(message: Startable) -> int:
 
 
 def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startable], *,
-                  client_id: str = "", instance_id: str = "") -> bytes:
-    """One batch record holding the Starts of ``starts`` (payload and metadata to redeliver each)."""
+                  refs: Sequence[Referable] = (), client_id: str = "", instance_id: str = "") -> bytes:
+    """One batch record holding the Starts of ``starts`` (payload and metadata to redeliver each) and of ``refs``
+    (by reference: the tracker reads the record back from the messages topic)."""
     batch = _header(key, redeliver_after_ms, client_id, instance_id)
+    if refs:
+        start_refs.fill(batch.refs, refs)
     entries = batch.starts
     for message in starts:
         mid = message.message_id
@@ -77,7 +88,7 @@ def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startabl
             entry.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
         for name, value in message.headers.items():
             entry.headers.add(key=name, value=value)
-    return BATCH_PREFIX + batch.SerializeToString()
+    return (REFS_PREFIX if refs else BATCH_PREFIX) + batch.SerializeToString()
 
 
 def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence[MessageId] = (),
@@ -136,10 +147,12 @@ StartTuple = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
 class DecodedBatch:
     """A decoded batch record, read entry by entry without building a Marker for each (the tracker's path)."""
 
-    __slots__ = ("_batch", "client_id", "hello", "instance_id", "key", "redeliver_after_ms")
+    __slots__ = ("_batch", "client_id", "hello", "instance_id", "key", "redeliver_after_ms", "refs")
 
-    def __init__(self, batch: pb.MarkerBatch) -> None:
+    def __init__(self, batch: pb.MarkerBatch, refs: RefStarts = start_refs.EMPTY) -> None:
         self._batch = batch
+        #: Its Starts by reference.
+        self.refs = refs
         self.key: bytes = batch.key
         self.redeliver_after_ms: int = batch.redeliver_after_ms
         self.client_id: str = batch.client_id
@@ -148,12 +161,21 @@ class DecodedBatch:
         self.hello: bool = batch.hello
 
     def starts(self) -> Iterator[StartTuple]:
+        """Its Starts that carry their payload (``refs`` holds the others)."""
         for entry in self._batch.starts:
             first = (MessageId(entry.first_message_id.partition, entry.first_message_id.offset)
                      if entry.HasField("first_message_id") else None)
             headers = tuple((h.key, h.value) for h in entry.headers) if entry.headers else ()
             yield (MessageId(entry.partition, entry.offset), entry.value, headers, entry.delivery_count, first,
                    entry.enqueued_at_ms)
+
+    def keep_alive_columns(self) -> tuple[list[int], list[int]]:
+        """The keep-alives' (partitions, offsets), without a MessageId each."""
+        return list(self._batch.keep_alive_partitions), list(self._batch.keep_alive_offsets)
+
+    def ack_columns(self) -> tuple[list[int], list[int]]:
+        """The acks' (partitions, offsets), without a MessageId each."""
+        return list(self._batch.ack_partitions), list(self._batch.ack_offsets)
 
     def keep_alives(self) -> list[MessageId]:
         return list(map(MessageId, self._batch.keep_alive_partitions, self._batch.keep_alive_offsets))
@@ -174,6 +196,11 @@ class DecodedBatch:
         for mid, value, headers, count, first, enqueued in self.starts():
             yield Marker(MarkerType.START, mid, after, key, value, delivery_count=count, first_message_id=first,
                          enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers)
+        refs = self.refs
+        for index, (mid, enqueued) in enumerate(zip(refs.message_ids(), refs.enqueued_at_ms, strict=True)):
+            count, first = refs.delivery(index, mid)
+            yield Marker(MarkerType.START, mid, after, key, delivery_count=count, first_message_id=first,
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, reference=True)
         for mid in self.keep_alives():
             yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance)
         yield from self.settles()
@@ -185,7 +212,7 @@ def decode_batch(data: bytes) -> DecodedBatch:
     """Parses a batch record (``is_batch(data)``); raises MarkerDecodeError for anything malformed."""
     if data[:3] != BATCH_PREFIX[:3]:
         raise MarkerDecodeError("starts with 00 but is not a kmq marker batch", data)
-    if data[3:4] != BATCH_PREFIX[3:]:
+    if data[3:4] not in _VERSIONS:
         raise MarkerDecodeError(f"unknown marker batch version {data[3] if len(data) > 3 else None}", data)
     batch = pb.MarkerBatch()
     try:
@@ -204,6 +231,8 @@ def decode_batch(data: bytes) -> DecodedBatch:
         raise MarkerDecodeError("negative message id in a marker batch", data)
     if any(s.kind not in _SETTLE_KINDS for s in batch.settles):
         raise MarkerDecodeError("unknown settle kind in a marker batch", data)
+    if batch.HasField("refs"):
+        return DecodedBatch(batch, start_refs.decode(batch.refs, data))
     return DecodedBatch(batch)
 
 

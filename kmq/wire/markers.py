@@ -6,6 +6,7 @@ MarkerDecodeError, which callers log, count and skip.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, cast
@@ -51,7 +52,8 @@ class StartView:
 
 @dataclass(frozen=True, slots=True)
 class Marker(StartView):
-    """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver)."""
+    """One markers-topic record. ``key``/``value``/``headers`` are set on START only (the payload to redeliver),
+    ``value``/``headers`` empty on a Start by reference."""
 
     type: MarkerType
     message_id: MessageId
@@ -67,6 +69,9 @@ class Marker(StartView):
     headers: Headers = ()
     end_reason: EndReason = EndReason.ACKED
     reason: str = ""
+    #: A Start by reference (kmq format only): no payload or headers here, they are on the messages topic at
+    #: ``message_id``.
+    reference: bool = False
 
 
 _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enqueued_at_ms", "client_id",
@@ -75,6 +80,8 @@ _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enque
 
 def encode(marker: Marker) -> bytes:
     """Serialises a marker; fields 1-6 exactly as kafka-mq-go writes them (message_id always present)."""
+    if marker.reference:
+        raise ValueError(f"a Start by reference ({marker.message_id}) has no per-message encoding")
     # Built through the constructor so partition 0 / offset 0 is still written (bytes 1a 00), as Go does.
     mid = marker.message_id
     msg = pb.Marker(message_id=pb.MessageID(partition=mid.partition, offset=mid.offset))
@@ -112,8 +119,43 @@ def encode_keep_alive(message_id: MessageId, redeliver_after_ms: int) -> bytes:
                                              offset=message_id.offset)).SerializeToString()
 
 
-def decode(data: bytes | None) -> Marker:
-    """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
+def encode_start(message_id: MessageId, redeliver_after_ms: int, key: bytes, value: bytes, *, delivery_count: int,
+                 first_message_id: MessageId | None, enqueued_at_ms: int, headers: Iterable[tuple[str, bytes]],
+                 client_id: str = "", instance_id: str = "") -> bytes:
+    """``encode(Marker(START, …))`` without building a Marker: a kafka-mq-go-format consumer writes one per message.
+    Byte for byte what ``encode`` writes (tests/unit/test_markers.py holds them equal)."""
+    msg = pb.Marker(message_id=pb.MessageID(partition=message_id.partition, offset=message_id.offset))
+    if redeliver_after_ms:
+        msg.redeliver_after_ms = redeliver_after_ms
+    if key:
+        msg.key = key
+    if value:
+        msg.value = value
+    if delivery_count:
+        msg.delivery_count = delivery_count
+    if enqueued_at_ms:
+        msg.enqueued_at_ms = enqueued_at_ms
+    if client_id:
+        msg.client_id = client_id
+    if instance_id:
+        msg.instance_id = instance_id
+    if first_message_id is not None:
+        msg.first_message_id.CopyFrom(pb.MessageID(partition=first_message_id.partition,
+                                                   offset=first_message_id.offset))
+    for name, content in headers:
+        msg.headers.add(key=name, value=content)
+    return msg.SerializeToString()
+
+
+def parse(data: bytes | None) -> pb.Marker:
+    """The protobuf of a well-formed marker (what ``decode`` checks, without building a Marker); raises
+    MarkerDecodeError like ``decode``."""
+    return parse_with_id(data)[0]
+
+
+def parse_with_id(data: bytes | None) -> tuple[pb.Marker, int, MessageId]:
+    """``parse``, and the marker's type and message id, each field read once (a field read of the protobuf costs
+    as much as the parse itself: the tracker's per-record path reads them from here)."""
     if not data:
         # An empty value parses as a START without message id: it crashes the Go tracker, so never accept it.
         raise MarkerDecodeError("empty value", data)
@@ -122,20 +164,34 @@ def decode(data: bytes | None) -> Marker:
         msg.ParseFromString(data)
     except DecodeError as err:
         raise MarkerDecodeError(f"not a protobuf Marker ({err})", data) from err
-    if msg.version != pb.Marker.V1:
-        raise MarkerDecodeError(f"unknown marker version {msg.version}", data)
-    if msg.type not in MarkerType._value2member_map_:
-        raise MarkerDecodeError(f"unknown marker type {msg.type}", data)
+    version, kind = msg.version, msg.type
+    if version != pb.Marker.V1:
+        raise MarkerDecodeError(f"unknown marker version {version}", data)
+    if kind not in _TYPES:
+        raise MarkerDecodeError(f"unknown marker type {kind}", data)
     if not msg.HasField("message_id"):
         raise MarkerDecodeError("no message_id", data)
-    if msg.message_id.partition < 0 or msg.message_id.offset < 0:
+    where = msg.message_id
+    partition, offset = where.partition, where.offset
+    if partition < 0 or offset < 0:
         raise MarkerDecodeError("negative message_id", data)
-    kind = MarkerType(msg.type)
+    return msg, kind, _new_id(MessageId, (partition, offset))
+
+
+#: MessageId's own constructor is a Python function; the tuple's is not (same value).
+_new_id = tuple.__new__
+_TYPES = frozenset(int(t) for t in MarkerType)
+
+
+def decode(data: bytes | None) -> Marker:
+    """Parses a marker; raises MarkerDecodeError for empty, unparseable or semantically invalid records."""
+    msg, kind_number, message_id = parse_with_id(data)
+    kind = MarkerType(kind_number)
     # A START with an empty key is what a kafka-mq-go consumer of queue "" writes (proto3 omits empty bytes):
     # legal there, so a kmq tracker tracks and redelivers it like any other (its copy has an empty key).
     return Marker(
         type=kind,
-        message_id=MessageId(msg.message_id.partition, msg.message_id.offset),
+        message_id=message_id,
         redeliver_after_ms=msg.redeliver_after_ms,
         key=msg.key,
         value=msg.value,

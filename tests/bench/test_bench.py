@@ -41,6 +41,11 @@ MANY_QUEUES = (1, 10) if QUICK else (1, 10, 100)
 N_MANY = 5_000 if QUICK else 20_000
 PARTITIONS = 6
 CONSUMER_PROCESSES = (1, 2) if QUICK else (1, 2, 4)
+#: Run only these groups of cases (comma-separated: produce, e2e, latency, redelivery, delayed, takeover, rebuild,
+#: many), to iterate on one; unset runs everything.
+ONLY = {g for g in os.environ.get("KMQ_BENCH_ONLY", "").split(",") if g}
+#: Rebuild cases: kmq's Starts by reference (the default), kmq's Starts with copies, kafka-mq-go's.
+REBUILD_FORMATS = ("kmq", "kmq-copies", "kafka-mq-go")
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
@@ -99,7 +104,8 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
     shares = {procs: _share_rate(bootstrap, admin, procs) for procs in CONSUMER_PROCESSES}
     cases = [Case("ShareConsumer explicit ack (the baseline below)", "msgs/s", shares[1], raw, "raw consume+commit",
                   {**setup, "processes": 1})]
-    runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES] + [(1, 0, "kafka-mq-go")]
+    runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES]
+    runs += [(procs, -500, "kmq") for procs in CONSUMER_PROCESSES[:2]] + [(1, 0, "kafka-mq-go")]
     for procs, batch, marker_format in runs:
         config = fresh(bootstrap, "e2e", marker_format=marker_format)
         queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
@@ -109,15 +115,26 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
             ours, _ = w.run_consumers(w._kmq_consume, (config, queue, batch), N_E2E, procs)
             tracker_cpu = probe.cpu_s() - cpu_before
             lag = probe.lag_ms(since)
-        how = f"receive_many({batch})" if batch else "receive()"
-        cases.append(Case(f"kmq {how} + ack, {procs} process(es), {marker_format} markers", "msgs/s", ours,
+        marker_bytes, marker_records = _topic_bytes(bootstrap, config.marker_topic)
+        how = f"receive_many({abs(batch)})" if batch else "receive()"
+        settle = "ack_many" if batch < 0 else "ack"
+        cases.append(Case(f"kmq {how} + {settle}, {procs} process(es), {marker_format} markers", "msgs/s", ours,
                           shares[procs], "ShareConsumer explicit ack",
                           {**setup, "processes": procs, "tracker": "running"},
                           extra={"vs_raw": round(ours / raw, 3), "tracker_cpu_s_per_100k": tracker_cpu / N_E2E * 1e5,
-                                 "tracker_marker_lag_ms": lag},
+                                 "tracker_marker_lag_ms": lag, "marker_bytes_per_acked": marker_bytes / N_E2E,
+                                 "marker_records_per_acked": marker_records / N_E2E},
                           note=f"{ours / raw:.2f}x raw; tracker {tracker_cpu / N_E2E * 1e5:.2f} CPU s per 100k, "
-                               f"marker lag p50/p99 {lag.get('p50', 0):.0f}/{lag.get('p99', 0):.0f} ms"))
+                               f"marker lag p50/p99 {lag.get('p50', 0):.0f}/{lag.get('p99', 0):.0f} ms; markers "
+                               f"{marker_bytes / N_E2E:.1f} B (key+value) and {marker_records / N_E2E:.3f} records "
+                               "per acked message"))
     return cases
+
+
+def _topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
+    """Key and value bytes of every record on ``topic``, and the records (Kafka's batch framing not counted)."""
+    records = read_topic(bootstrap, topic, timeout_s=120)
+    return sum(len(r.key() or b"") + len(r.value() or b"") for r in records), len(records)
 
 
 def _raw_rate(bootstrap: str, admin: AdminClient, procs: int) -> float:
@@ -280,30 +297,38 @@ def rebuild_cases(bootstrap: str) -> list[Case]:
     empty = fresh(bootstrap, "rebuild0")
     base_rss, _ = _tracker_rebuild(empty, 0)
     cases = []
-    for marker_format in ("kmq", "kafka-mq-go"):
+    for marker_format in REBUILD_FORMATS:
         for n in REBUILD_SIZES:
             config = fresh(bootstrap, "rebuild")
             _write_starts(config, n, marker_format)
             rss, seconds = _tracker_rebuild(config, n)
             per_message = (rss - base_rss) / n
+            held = "payload-independent: the payload stays on the messages topic" if marker_format == "kmq" \
+                else "incl. the 256 B payload"
+            target = "1M <= 2 s, <= 150 B" if marker_format == "kmq" else "1M <= 5 s" \
+                if marker_format == "kafka-mq-go" else "none (kept for mixed partitions)"
             cases.append(Case(f"tracker rebuild {n:,} in-flight, {marker_format} markers", "s", seconds, None, "-",
                               {"markers": n, "payload": 256, "marker_partitions": 1},
                               extra={"peak_rss_mb": round(rss / 1e6, 1), "bytes_per_in_flight": round(per_message),
                                      "baseline_rss_mb": round(base_rss / 1e6, 1)},
-                              note=f"{per_message:.0f} bytes per in-flight message incl. 256 B payload; "
-                                   f"targets: 1M <= 5 s, <= payload + 100 B"))
+                              note=f"{per_message:.0f} bytes per in-flight message ({held}); targets: {target}"))
     return cases
 
 
 def _write_starts(config: Config, n: int, marker_format: str) -> None:
-    """``n`` Starts of 256 B payloads: one record each (kafka-mq-go) or 500 a record (kmq)."""
+    """``n`` Starts of 256 B payloads: one record each (kafka-mq-go) or 500 a record (kmq: by reference, or
+    ``kmq-copies``: with the payload)."""
     producer = RawProducer({"bootstrap.servers": config.bootstrap_servers, "linger.ms": 50, "batch.size": 1_000_000,
                             "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
     payload = b"p" * 256
-    per_record = 500 if marker_format == "kmq" else 1
+    per_record = 1 if marker_format == "kafka-mq-go" else 500
+    enqueued = int(time.time() * 1000)
     for first in range(0, n, per_record):
         ids = [MessageId(i % PARTITIONS, i) for i in range(first, min(n, first + per_record))]
         if marker_format == "kmq":
+            value = encode_starts(b"bench", 3_600_000, [], refs=[FakeStart(mid, b"", enqueued_at_ms=enqueued + i)
+                                                                 for i, mid in enumerate(ids)])
+        elif marker_format == "kmq-copies":
             value = encode_starts(b"bench", 3_600_000, [FakeStart(mid, payload) for mid in ids])
         else:
             value = encode(Marker(MarkerType.START, ids[0], 3_600_000, b"bench", payload))
@@ -393,15 +418,20 @@ def test_bench(kafka_bootstrap: str) -> None:
     logs.configure("error")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     started = time.monotonic()
-    cases = produce_cases(kafka_bootstrap, admin)
-    e2e = e2e_cases(kafka_bootstrap, admin)
-    cases += e2e
-    cases.append(latency_case(kafka_bootstrap, admin))
-    cases.append(redelivery_case(kafka_bootstrap))
-    cases.append(delayed_case(kafka_bootstrap))
-    cases.append(takeover_case(kafka_bootstrap))
-    cases += rebuild_cases(kafka_bootstrap)
-    cases += many_queue_cases(kafka_bootstrap, admin)
+    groups = {
+        "produce": lambda: produce_cases(kafka_bootstrap, admin),
+        "e2e": lambda: e2e_cases(kafka_bootstrap, admin),
+        "latency": lambda: [latency_case(kafka_bootstrap, admin)],
+        "redelivery": lambda: [redelivery_case(kafka_bootstrap)],
+        "delayed": lambda: [delayed_case(kafka_bootstrap)],
+        "takeover": lambda: [takeover_case(kafka_bootstrap)],
+        "rebuild": lambda: rebuild_cases(kafka_bootstrap),
+        "many": lambda: many_queue_cases(kafka_bootstrap, admin),
+    }
+    cases: list[Case] = []
+    for name, run in groups.items():
+        if not ONLY or name in ONLY:
+            cases += run()
     out = write(ROOT / "bench-results" / time.strftime("%Y%m%dT%H%M%S"), cases,
                 {"quick": QUICK, "seconds": round(time.monotonic() - started), "broker": "single-node KRaft 4.4.0, "
                  "local Maven-jar broker unless KMQ_BOOTSTRAP_SERVERS"})

@@ -33,8 +33,9 @@ class TrackerProbe:
 
     def __enter__(self) -> TrackerProbe:
         self._thread.start()
-        parts = self.tracker.partitions
-        assert wait_for(lambda: bool(parts) and all(p.caught_up for p in list(parts.values())), timeout_s=60)
+        # ``partitions`` is a snapshot: asked again each time (one taken before the assignment stays empty).
+        assert wait_for(lambda: bool(parts := self.tracker.partitions) and all(p.caught_up for p in parts.values()),
+                        timeout_s=60)
         self._sampler.start()
         return self
 

@@ -88,7 +88,8 @@ def _raw_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go:
 
 
 def _kmq_consume(config: Config, queue: str, batch: int, total: Any, n: int, go: Any, out: Any) -> None:
-    """``batch`` 0: receive() + ack() per message; otherwise receive_many(batch) + ack() per message."""
+    """``batch`` 0: receive() + ack() per message; > 0: receive_many(batch) + ack() per message; < 0:
+    receive_many(-batch) + ack_many() per batch."""
     logs.configure("error")
     consumer = Service(config).queue(queue).consumer()
     go.wait()
@@ -96,7 +97,7 @@ def _kmq_consume(config: Config, queue: str, batch: int, total: Any, n: int, go:
     first_at = None
     while total.value < n:
         if batch:
-            got = consumer.receive_many(batch, 0.2)
+            got = consumer.receive_many(abs(batch), 0.2)
         else:
             msg = consumer.receive(0.2)
             got = [msg] if msg is not None else []
@@ -106,7 +107,10 @@ def _kmq_consume(config: Config, queue: str, batch: int, total: Any, n: int, go:
         for msg in got:
             if msg.payload[:1] != b"x":
                 latencies.append(time.time() - float(msg.payload.split(b"|", 1)[0]))
-            msg.ack()
+            if batch >= 0:
+                msg.ack()
+        if batch < 0:
+            consumer.ack_many(got)
         with total.get_lock():
             total.value += len(got)
     consumer.flush(30)

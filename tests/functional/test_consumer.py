@@ -17,7 +17,7 @@ from kmq import (
     Service,
     TopicError,
 )
-from kmq.wire.marker_batch import BATCH_PREFIX, decode_record
+from kmq.wire.marker_batch import BATCH_PREFIX, REFS_PREFIX, decode_record
 from kmq.wire.markers import EndReason, MarkerType
 from tests.helpers import ConfigFactory, receive_n
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
@@ -163,12 +163,12 @@ def test_in_kmq_format_a_batch_takes_one_start_record_and_one_settle_record_that
         assert consumer.flush(10) == 0
         records = read_topic(config.bootstrap_servers, config.marker_topic, until=lambda r: len(r) >= 2)
     assert len(records) == 2 and all(r.key() == b"batched" for r in records)
-    assert all(r.value().startswith(BATCH_PREFIX) for r in records)
+    assert records[0].value().startswith(REFS_PREFIX) and records[1].value().startswith(BATCH_PREFIX)
     for record in records:
         with pytest.raises(DecodeError):  # what a kafka-mq-go tracker does: log "malformed" and skip
             upstream.Marker().ParseFromString(record.value())
     starts, settles = (decode_record(r.value()) for r in records)
-    assert [m.type for m in starts] == [MarkerType.START] * 10
+    assert [(m.type, m.reference) for m in starts] == [(MarkerType.START, True)] * 10
     assert [(m.type, m.message_id) for m in settles] == [(MarkerType.END, msg.message_id) for msg in got]
 
 

@@ -200,6 +200,11 @@ class FakeProducerClient:
         self.produce(topic, value, key, headers, done)
         return delivery
 
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None:
+        for value in values:
+            self.produce(topic, value, key, on_done=on_done)
+
     def flush(self, timeout_s: float) -> int:
         return self.undelivered
 
@@ -229,6 +234,63 @@ class FakeControl:
 
 
 @dataclass
+class FakeReaderClient:
+    """A messages topic to read back from (the tracker's RecordReader): ``records[partition]`` in offset order,
+    the first ``low[partition]`` offsets deleted; reading past a partition's last record says EOF, as librdkafka's
+    ``enable.partition.eof`` does, reading outside [low, end] an auto-offset-reset error. ``fail`` makes every
+    watermark query and read fail (a broker gone)."""
+
+    records: dict[int, list[Record]] = field(default_factory=dict)
+    low: dict[int, int] = field(default_factory=dict)
+    fail: bool = False
+    closed: bool = False
+    positions: dict[int, int] = field(default_factory=dict)
+    seeks: list[tuple[int, int]] = field(default_factory=list)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]:
+        if self.fail:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        held = self.records.get(partition.partition, [])
+        return self.low.get(partition.partition, 0), (held[-1].offset() + 1) if held else 0
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.positions = {tp.partition: tp.offset for tp in partitions}
+
+    def seek(self, partition: TopicPartition) -> None:
+        self.seeks.append((partition.partition, partition.offset))
+        self.positions[partition.partition] = partition.offset
+
+    def unassign(self) -> None:
+        self.positions = {}
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Record]:
+        if self.fail:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        out: list[Record] = []
+        for p, at in list(self.positions.items()):
+            if at < 0:
+                continue
+            low, end = self.get_watermark_offsets(TopicPartition("", p))
+            if at < low or at > end:  # librdkafka with auto.offset.reset=error
+                out.append(Record("", p, -1, error_=KafkaError(KafkaError._AUTO_OFFSET_RESET, "out of range")))
+                self.positions[p] = -1
+                continue
+            ahead = [r for r in self.records.get(p, []) if r.offset() >= at][:num_messages]
+            out += ahead
+            if len(ahead) < num_messages:
+                out.append(Record(self.records[p][0].topic() if self.records.get(p) else "", p, -1,
+                                  error_=KafkaError(KafkaError._PARTITION_EOF)))
+                self.positions[p] = -1  # at the end until sought again
+            else:
+                self.positions[p] = ahead[-1].offset() + 1
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
 class FakeClients:
     """The ClientFactory: hands out the given group client, and one FakeProducerClient per producer asked for."""
 
@@ -236,17 +298,26 @@ class FakeClients:
     broker_gone: bool = False
     producers: list[FakeProducerClient] = field(default_factory=list)
     control_state: ControlState = field(default_factory=ControlState)
+    #: What ``retention`` answers: None (Starts copy their payloads) or a kmq._kafka.retention.Retention.
+    retention_answer: Any = None
+    reading: FakeReaderClient = field(default_factory=FakeReaderClient)
 
     def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
         self.settings = settings
         return self.group
 
-    def producer(self, settings: dict[str, Any], name: str) -> FakeProducerClient:
+    def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> FakeProducerClient:
         self.producers.append(FakeProducerClient(broker_gone=self.broker_gone))
         return self.producers[-1]
 
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> FakeControl:
         return FakeControl(self.control_state)
+
+    def retention(self, config: Config) -> Any:
+        return self.retention_answer
+
+    def reader(self, settings: dict[str, Any]) -> FakeReaderClient:
+        return self.reading
 
     def produced(self, topic: str) -> list[Produced]:
         return [r for p in self.producers for r in p.to(topic)]

@@ -136,6 +136,11 @@ class FakeProducer:
         self.records.append(Produced(topic, value, key, delivery=delivery))
         return delivery
 
+    def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
+                     on_done: Callable[[Any, Any], None]) -> None:
+        for value in values:
+            self.produce(topic, value, key, on_done=on_done)
+
     def deliver(self, error: BaseException | None = None) -> None:
         for record in self.records:
             if record.delivery is not None and not record.delivery.done():

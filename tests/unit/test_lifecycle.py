@@ -51,3 +51,16 @@ def test_a_go_trackers_bare_end_and_copy_count_as_a_redelivery_in_either_order_a
     assert (q.deliveries, q.acked, q.redelivered, q.go_redelivered, q.recovered, q.released, q.go_ends) == (
         6, 2, 2, 2, 1, 1, 1)
     assert q.acked_first_ids == {A, B}
+
+
+def test_starts_by_reference_count_like_copies_and_are_never_paired_with_a_go_copy_by_their_empty_value() -> None:
+    fold = LifecycleFold()
+    ref = Marker(MarkerType.START, A, 1000, b"q", delivery_count=1, reference=True)
+    ref_copy = Marker(MarkerType.START, C, 1000, b"q", delivery_count=2, first_message_id=A, reference=True)
+    for marker in (_start(B, value=b""), Marker(MarkerType.END, B),  # a Go consumer's ack of an empty payload
+                   ref, Marker(MarkerType.END, A, end_reason=EndReason.REDELIVERED), ref_copy, _ack(C)):
+        fold.add(marker, 0)
+    q = fold.summary()["q"]
+    assert (q.deliveries, q.redelivered, q.recovered, q.acked, q.go_ends, q.go_redelivered, q.in_flight) == (
+        3, 1, 1, 1, 1, 0, 0)
+    assert q.acked_first_ids == {A}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kmq import Config
-from kmq.redelivery.partition_state import InFlight
+from kmq.redelivery.in_flight import InFlight
 from kmq.redelivery.redeliverer import Attempt, Redeliverer, Step
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import decode_record

@@ -152,3 +152,15 @@ def test_the_offset_book_keeps_an_offset_advanced_during_a_commit() -> None:
     assert book.pending() == {("m", 0): 9}
     book.forget([("m", 0)])
     assert not book
+
+
+def test_a_minimum_interval_holds_a_count_triggered_commit_but_never_the_time_triggered_one() -> None:
+    now = [0.0]
+    policy = CommitPolicy(3, 5.0, clock=lambda: now[0], min_interval_s=0.1)
+    policy.note(10)
+    assert not policy.due()
+    now[0] = 0.1
+    assert policy.due()
+    policy.committed()
+    now[0] = 5.1
+    assert policy.due()

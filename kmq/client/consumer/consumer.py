@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 
 import structlog
@@ -30,6 +30,7 @@ from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
+from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.client.consumer.start_pipeline import StartPipeline, to_message
 from kmq.client.message import Message
 from kmq.config import Config
@@ -77,7 +78,7 @@ class Consumer:
         self._due = DueTimes()
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
-            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
+            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
         instance_id = _kafka.instance_id()
         self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
@@ -108,6 +109,10 @@ class Consumer:
             write_starts=not self._at_most_once)
         try:
             self._check_topics()
+            retention = clients.retention(config)  # None: Starts copy their payloads (see ReferencePolicy)
+            if retention is not None:
+                self._writer.references = ReferencePolicy(keep_ms=retention.messages_ms,
+                                                          redelivery_timeout_ms=config.redelivery_timeout_ms)
             self._control.start()
             if self._identity is not None:
                 self._identity.claim()
@@ -219,6 +224,12 @@ class Consumer:
                 return
             if msg is not None:
                 yield msg
+
+    def ack_many(self, messages: Iterable[Message]) -> None:
+        """Acks a batch of this consumer's messages at once (SQS DeleteMessageBatch style): what ``ack()`` does for
+        each, in one step. Those that cannot be acked (settled already, or the consumer closed) stay as they are;
+        the rest are acked, then MessageSettledError (or ConsumerClosedError) names the first of them."""
+        self._settler._ack_many(messages)
 
     def flush(self, timeout: float = 30.0) -> int:
         """Waits until every marker written so far (acks included) is durable; returns how many records are not."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import NoReturn
 
 import structlog
 
@@ -68,9 +69,36 @@ class InFlightMessages:
     # --- Message's settle calls ---------------------------------------------------------------------
 
     def _ack(self, message: Message) -> None:
-        self._claim(message, "ack")
+        # _claim inlined: this runs once per message.
+        owner = self._table.pop(message.message_id, None)
+        if owner is not message:
+            self._refuse(message, owner, "ack")
+        message._settled_as = "ack"
         self._writer.ack(message.message_id)
         self._on_settled()
+
+    def _ack_many(self, messages: Iterable[Message]) -> None:
+        """Acks the batch in one step (one append of ids for the writer); those that cannot be acked (settled
+        already, or the consumer closed) are left as they are, and the first is named in the error raised once
+        the rest are acked."""
+        table, acked, refused = self._table, [], []
+        for message in messages:
+            owner = table.pop(message.message_id, None)
+            if owner is message:
+                message._settled_as = "ack"
+                acked.append(message.message_id)
+            else:
+                refused.append((message, owner))
+        self._writer.ack_many(acked)
+        on_settled = self._on_settled
+        for _ in acked:
+            on_settled()
+        for message, owner in refused[1:]:
+            if owner is not None:
+                table[message.message_id] = owner
+        if refused:
+            message, owner = refused[0]
+            self._refuse(message, owner, "ack" if len(refused) == 1 else f"ack (nor {len(refused) - 1} more)")
 
     def _release(self, message: Message, delay_ms: int) -> None:
         self._claim(message, "release")
@@ -139,6 +167,13 @@ class InFlightMessages:
             self._table[message.message_id] = owner
         raise self._unsettleable(message, how)
 
+    def _refuse(self, message: Message, owner: Message | None, how: str) -> NoReturn:
+        """After a claim by pop found ``owner`` instead of ``message``: puts it back (a later delivery of the same
+        record, not this handle's to settle) and raises why ``message`` cannot be settled."""
+        if owner is not None:
+            self._table[message.message_id] = owner
+        raise self._unsettleable(message, how)
+
     def _unsettleable(self, message: Message, how: str) -> KmqError:
         if self.closed and not message.settled:
             return ConsumerClosedError(f"cannot {how} message {message.message_id}: the consumer of queue "
@@ -189,6 +224,16 @@ class AtMostOnceMessages:
 
     def _ack(self, message: Message) -> None:
         self._settle(message, "ack")
+
+    def _ack_many(self, messages: Iterable[Message]) -> None:
+        refused: KmqError | None = None
+        for message in messages:
+            try:
+                self._settle(message, "ack")
+            except KmqError as err:
+                refused = refused or err
+        if refused is not None:
+            raise refused
 
     def _release(self, message: Message, delay_ms: int) -> None:
         raise self._cannot(message, "released")

@@ -19,12 +19,20 @@ import structlog
 
 from kmq._kafka.producer import MarkerProducer
 from kmq._util import take_all
+from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
 from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
-from kmq.wire.marker_batch import Startable, encode_hello, encode_settles, encode_starts, start_size
-from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
+from kmq.wire.marker_batch import (
+    START_OVERHEAD_BYTES,
+    Startable,
+    encode_hello,
+    encode_settles,
+    encode_starts,
+    start_size,
+)
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive, encode_start
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -48,6 +56,9 @@ class MarkerWriter:
         self._batch_size = config.settle_batch_size
         # A Start batch may grow to one payload's worth beyond this: a record of max_payload_bytes alone must fit.
         self._start_record_bytes = config.max_payload_bytes
+        #: Which Starts name their record instead of copying it (kmq format); None: all copy. Set by the consumer
+        #: once it knows the topics' retention, before its first Start.
+        self.references: ReferencePolicy | None = None
         self._client_id = client_id
         self._instance_id = instance_id
         self._acks: deque[MessageId] = deque()
@@ -70,22 +81,28 @@ class MarkerWriter:
             return []
         if not self._batched:
             return [self._write_plain_starts(messages)]
+        copies, refs = self.references.split(messages) if self.references is not None else (messages, ())
         deliveries = []
         chunk: list[Startable] = []
         size = 0
-        for message in messages:
+        for message in copies:
             cost = start_size(message)
             if chunk and size + cost > self._start_record_bytes:
-                deliveries.append(self._write_starts(chunk))
+                deliveries.append(self._write_starts(chunk, ()))
                 chunk, size = [], 0
             chunk.append(message)
             size += cost
-        if chunk:
-            deliveries.append(self._write_starts(chunk))
+        # References cost at most START_OVERHEAD_BYTES each: they fill the last record, then records of their own.
+        room = max(0, self._start_record_bytes - size) // START_OVERHEAD_BYTES
+        step = max(1, self._start_record_bytes // START_OVERHEAD_BYTES)
+        if chunk or refs:
+            deliveries.append(self._write_starts(chunk, refs[:room]))
+        for at in range(room, len(refs), step):
+            deliveries.append(self._write_starts((), refs[at:at + step]))
         return deliveries
 
-    def _write_starts(self, chunk: list[Startable]) -> Delivery[MessageId]:
-        value = encode_starts(self._key, self._after_ms, chunk, client_id=self._client_id,
+    def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable]) -> Delivery[MessageId]:
+        value = encode_starts(self._key, self._after_ms, chunk, refs=refs, client_id=self._client_id,
                               instance_id=self._instance_id)
         return self._producer.produce_future(self._topic, value, self._key)
 
@@ -103,20 +120,23 @@ class MarkerWriter:
             if next(reported) == total:
                 delivery._set(None, errors[0] if errors else None)
 
-        for message in messages:
-            self._producer.produce(self._topic, encode(self._start_marker(message)), self._key, on_done=done)
+        key, after, client_id, instance_id = self._key, self._after_ms, self._client_id, self._instance_id
+        self._producer.produce_many(self._topic, [
+            encode_start(m.message_id, after, key, m.payload, delivery_count=m.delivery_count,
+                         first_message_id=m.first_message_id, enqueued_at_ms=m.enqueued_at_ms,
+                         headers=m.headers.items(), client_id=client_id, instance_id=instance_id)
+            for m in messages], key, done)
         return delivery
-
-    def _start_marker(self, m: Startable) -> Marker:
-        return Marker(MarkerType.START, m.message_id, self._after_ms, self._key, m.payload,
-                      delivery_count=m.delivery_count, first_message_id=m.first_message_id,
-                      enqueued_at_ms=m.enqueued_at_ms, headers=tuple(m.headers.items()),
-                      client_id=self._client_id, instance_id=self._instance_id)
 
     # --- settles (any thread: deque appends are atomic) -------------------------------------------------------
 
     def ack(self, message_id: MessageId) -> None:
         self._acks.append(message_id)
+        if len(self._acks) >= self._batch_size:
+            self._wake.set()
+
+    def ack_many(self, message_ids: Sequence[MessageId]) -> None:
+        self._acks.extend(message_ids)
         if len(self._acks) >= self._batch_size:
             self._wake.set()
 
@@ -185,13 +205,11 @@ class MarkerWriter:
                           error=str(err))
 
     def _write_plain(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
-        produce, topic, key, done = self._producer.produce, self._topic, self._key, self._one_delivered
-        for message_id in keep_alives:
-            produce(topic, encode_keep_alive(message_id, self._after_ms), key, on_done=done)
-        for marker in others:
-            produce(topic, encode(marker), key, on_done=done)
-        for message_id in acks:
-            produce(topic, encode_end(message_id, self._instance_id), key, on_done=done)
+        after, instance_id = self._after_ms, self._instance_id
+        values = [encode_keep_alive(message_id, after) for message_id in keep_alives]
+        values += [encode(marker) for marker in others]
+        values += [encode_end(message_id, instance_id) for message_id in acks]
+        self._producer.produce_many(self._topic, values, self._key, self._one_delivered)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD

@@ -95,6 +95,26 @@ class StartEntry(_message.Message):
     enqueued_at_ms: int
     def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., delivery_count: _Optional[int] = ..., first_message_id: _Optional[_Union[MessageID, _Mapping]] = ..., enqueued_at_ms: _Optional[int] = ...) -> None: ...
 
+class StartRefs(_message.Message):
+    __slots__ = ("partitions", "run_lengths", "offset_deltas", "enqueued_deltas", "extra_indexes", "extra_delivery_counts", "extra_first_partitions", "extra_first_offsets")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RUN_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_DELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIRST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FIRST_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    run_lengths: _containers.RepeatedScalarFieldContainer[int]
+    offset_deltas: _containers.RepeatedScalarFieldContainer[int]
+    enqueued_deltas: _containers.RepeatedScalarFieldContainer[int]
+    extra_indexes: _containers.RepeatedScalarFieldContainer[int]
+    extra_delivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    extra_first_partitions: _containers.RepeatedScalarFieldContainer[int]
+    extra_first_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partitions: _Optional[_Iterable[int]] = ..., run_lengths: _Optional[_Iterable[int]] = ..., offset_deltas: _Optional[_Iterable[int]] = ..., enqueued_deltas: _Optional[_Iterable[int]] = ..., extra_indexes: _Optional[_Iterable[int]] = ..., extra_delivery_counts: _Optional[_Iterable[int]] = ..., extra_first_partitions: _Optional[_Iterable[int]] = ..., extra_first_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Settle(_message.Message):
     __slots__ = ("kind", "partition", "offset", "delay_ms", "reason")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -124,7 +144,7 @@ class Settle(_message.Message):
     def __init__(self, kind: _Optional[_Union[Settle.Kind, str]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class MarkerBatch(_message.Message):
-    __slots__ = ("key", "redeliver_after_ms", "client_id", "instance_id", "starts", "keep_alive_partitions", "keep_alive_offsets", "settles", "ack_partitions", "ack_offsets", "hello")
+    __slots__ = ("key", "redeliver_after_ms", "client_id", "instance_id", "starts", "keep_alive_partitions", "keep_alive_offsets", "settles", "ack_partitions", "ack_offsets", "hello", "refs")
     KEY_FIELD_NUMBER: _ClassVar[int]
     REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +156,7 @@ class MarkerBatch(_message.Message):
     ACK_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ACK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
+    REFS_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     redeliver_after_ms: int
     client_id: str
@@ -147,4 +168,5 @@ class MarkerBatch(_message.Message):
     ack_partitions: _containers.RepeatedScalarFieldContainer[int]
     ack_offsets: _containers.RepeatedScalarFieldContainer[int]
     hello: bool
-    def __init__(self, key: _Optional[bytes] = ..., redeliver_after_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., starts: _Optional[_Iterable[_Union[StartEntry, _Mapping]]] = ..., keep_alive_partitions: _Optional[_Iterable[int]] = ..., keep_alive_offsets: _Optional[_Iterable[int]] = ..., settles: _Optional[_Iterable[_Union[Settle, _Mapping]]] = ..., ack_partitions: _Optional[_Iterable[int]] = ..., ack_offsets: _Optional[_Iterable[int]] = ..., hello: _Optional[bool] = ...) -> None: ...
+    refs: StartRefs
+    def __init__(self, key: _Optional[bytes] = ..., redeliver_after_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., starts: _Optional[_Iterable[_Union[StartEntry, _Mapping]]] = ..., keep_alive_partitions: _Optional[_Iterable[int]] = ..., keep_alive_offsets: _Optional[_Iterable[int]] = ..., settles: _Optional[_Iterable[_Union[Settle, _Mapping]]] = ..., ack_partitions: _Optional[_Iterable[int]] = ..., ack_offsets: _Optional[_Iterable[int]] = ..., hello: _Optional[bool] = ..., refs: _Optional[_Union[StartRefs, _Mapping]] = ...) -> None: ...

@@ -43,7 +43,7 @@ class PolledProducer:
     def produce(self, topic: str, value: bytes, key: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None,
                 on_done: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
-                partition: int | None = None) -> None:
+                partition: int | None = None, block: bool = True) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_done}
         if headers:
             kwargs["headers"] = list(headers)
@@ -54,13 +54,15 @@ class PolledProducer:
                 self._producer.produce(topic, **kwargs)
                 return
             except BufferError:
+                if not block:  # the caller waits its own way (kmq.aio: without blocking its event loop)
+                    raise
                 # librdkafka's local queue is full: wait for deliveries to drain it instead of failing.
                 self._producer.poll(0.05)
             except KafkaException as exc:
                 raise to_kmq_error(exc, f"cannot produce to {topic}") from exc
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
+                       headers: Sequence[tuple[str, bytes]] | None = None, block: bool = True) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()
 
         def done(err: KafkaError | None, record: KafkaMessage) -> None:
@@ -70,7 +72,7 @@ class PolledProducer:
             else:
                 delivery._set(message_id(record), None)
 
-        self.produce(topic, value, key, headers, done)
+        self.produce(topic, value, key, headers, done, block=block)
         return delivery
 
     def flush(self, timeout_s: float) -> int:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
+from typing import Any
 
 import structlog
 
-from kmq import _kafka, wire
+from kmq import _kafka, otel, wire
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
@@ -21,6 +23,15 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 Payload = bytes | bytearray | memoryview
 HeadersIn = Mapping[str, bytes | str] | None
 DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
+
+
+@dataclass(slots=True)
+class OutgoingRecord:
+    """One send, checked and ready to produce: the value, every header, and its ``send`` span when tracing."""
+
+    data: bytes
+    headers: list[tuple[str, bytes]]
+    span: Any = None
 
 
 def check_payload(payload: object, limit: int) -> bytes:
@@ -81,6 +92,14 @@ def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
     return out
 
 
+def _ender(span: Any) -> Callable[[Delivery[MessageId]], None]:
+    def end(done: Delivery[MessageId]) -> None:
+        error = done.exception()
+        otel.end_send(span, None if error else done.result(), error)
+
+    return end
+
+
 class Producer:
     """Sends messages to one queue. Thread-safe; use as a context manager or call ``close()``.
 
@@ -108,6 +127,22 @@ class Producer:
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
         (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
         seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
+        future = self._produce(self._prepare(payload, headers, time_limit=time_limit, delay=delay,
+                                             deliver_at=deliver_at, ttl=ttl))
+        if on_delivery is not None:
+            callback = on_delivery
+
+            def report(done: Delivery[MessageId]) -> None:
+                err = done.exception()
+                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
+
+            future.add_done_callback(report)
+        return future
+
+    def _prepare(self, payload: Payload, headers: HeadersIn, *, time_limit: float | None, delay: float | None,
+                 deliver_at: datetime | None, ttl: float | None) -> OutgoingRecord:
+        """A send checked and made a record (kmq's option headers, the trace context when tracing), not produced
+        yet: ``kmq.aio`` produces it when librdkafka's queue has room, without blocking its event loop."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
@@ -118,15 +153,22 @@ class Producer:
             ttl_ms = round(_seconds("ttl", ttl, positive=True) * 1000) if ttl is not None else self._default_ttl_ms
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at, now_ms),
                                   expires_at_ms=now_ms + ttl_ms if ttl_ms else None)
-        future = self._client.produce_future(self._config.message_topic, data, self._key, out)
-        if on_delivery is not None:
-            callback = on_delivery
+        tracing = otel.tracer()
+        span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
+        return OutgoingRecord(data, out, span)
 
-            def report(done: Delivery[MessageId]) -> None:
-                err = done.exception()
-                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
-
-            future.add_done_callback(report)
+    def _produce(self, record: OutgoingRecord, block: bool = True) -> Delivery[MessageId]:
+        """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
+        of waiting for room."""
+        try:
+            future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
+                                                 block=block)
+        except Exception as err:
+            if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
+                otel.end_send(record.span, None, err)
+            raise
+        if record.span is not None:
+            future.add_done_callback(_ender(record.span))
         return future
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,

@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from kmq import wire
+from kmq import otel, wire
 from kmq._kafka.producer import MarkerProducer
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.redelivery.partition_state import InFlight
@@ -103,6 +103,9 @@ class Redeliverer:
         producer = self._markers if attempt.dead_letter else self._sender  # DLQ keyed by queue, like markers
         headers = [*item.headers, *self._headers(attempt)]
         self._produce(producer, topic, item.value, item.key, [attempt], headers=headers)
+        if item.headers and attempt.failures == 0:  # the producer's trace shows the copy (kmq.otel), once
+            otel.redelivered(item.headers, item.queue, topic, item.message_id, attempt.delivery_count,
+                             attempt.dead_letter)
 
     def _headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
         item = attempt.item

@@ -103,6 +103,8 @@ class AsyncProducer:
     async def close(self, timeout: float = 30.0) -> None:
         """Flushes, then releases the client (in the executor)."""
         await self.flush(timeout)
+        if self._backlog_task is not None:
+            self._backlog_task.cancel()
         await asyncio.get_running_loop().run_in_executor(None, self._producer.close, 0)
         for _, future in self._backlog:
             if not future.done():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kmq import Config, MessageSettledError, Service
+from kmq import Config, KmqError, MessageSettledError, Service
 from kmq.aio import AsyncConsumer, AsyncMessage
 from tests.conftest import ConfigFactory
 from tests.functional.test_cli import stats
@@ -183,7 +183,7 @@ def test_a_consumer_of_an_unreachable_broker_fails_with_the_sync_consumers_error
 
     async def scenario() -> None:
         consumer = Service(config).queue("nowhere").async_consumer()
-        with pytest.raises(Exception, match="127.0.0.1:1"):
+        with pytest.raises(KmqError, match=r"127\.0\.0\.1:1"):
             await consumer.receive(1)
         await consumer.close()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from asyncio import current_task
 from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
@@ -47,12 +48,10 @@ class _Held:
         self.messages: list[Message] = []
         self.compact_at = 64
 
-    def add(self, message: Message) -> None:
+    def compact(self) -> None:
         held = self.messages
-        held.append(message)
-        if len(held) >= self.compact_at:
-            held[:] = [m for m in held if not m._settled_as]
-            self.compact_at = max(64, 2 * len(held))
+        held[:] = [m for m in held if not m._settled_as]
+        self.compact_at = max(64, 2 * len(held))
 
     def unsettled(self) -> list[Message]:
         return [m for m in self.messages if not m._settled_as]
@@ -78,6 +77,7 @@ class AsyncConsumer:
         self._held: dict[asyncio.Task[object], _Held] = {}
         self._last_task: asyncio.Task[object] | None = None
         self._last_held: _Held | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def queue(self) -> str:
@@ -107,6 +107,7 @@ class AsyncConsumer:
         # shield: a receive cancelled while the consumer starts must not leave a half-made consumer behind
         consumer = await asyncio.shield(self._starting)
         if self._consumer is None:
+            self._loop = loop
             self._signal = LoopSignal()
             consumer.on_ready(self._signal.notify)
             self._consumer = consumer
@@ -156,30 +157,35 @@ class AsyncConsumer:
         return self
 
     async def __anext__(self) -> AsyncMessage:
-        """The next message; the iteration ends when the consumer is closed."""
-        while True:
-            try:
-                message = await self.receive(None)
-            except ConsumerClosedError:
-                raise StopAsyncIteration from None
-            if message is not None:
-                return message
+        """The next message; the iteration ends when the consumer is closed. (``receive(None)`` inlined: this is
+        the per-message path of ``async for``.)"""
+        try:
+            consumer = self._consumer or await self._started()
+            message = consumer.receive(0)
+            if message is None:
+                message = (await self._wait(consumer, 1, None))[0]
+        except ConsumerClosedError:
+            raise StopAsyncIteration from None
+        self._hold(message)
+        return AsyncMessage(message)
 
     # --- what a task holds ------------------------------------------------------------------------------------------
 
     def _hold(self, message: Message) -> None:
-        task = asyncio.current_task()
-        if task is None:
-            return
-        if task is self._last_task and self._last_held is not None:
-            self._last_held.add(message)
-            return
-        held = self._held.get(task)
-        if held is None:
-            held = self._held[task] = _Held()
-            task.add_done_callback(self._task_done)
-        self._last_task, self._last_held = task, held
-        held.add(message)
+        task = current_task(self._loop)
+        held = self._last_held
+        if task is not self._last_task or held is None:
+            if task is None:
+                return
+            held = self._held.get(task)
+            if held is None:
+                held = self._held[task] = _Held()
+                task.add_done_callback(self._task_done)
+            self._last_task, self._last_held = task, held
+        messages = held.messages
+        messages.append(message)
+        if len(messages) >= held.compact_at:
+            held.compact()
 
     def _task_done(self, task: asyncio.Task[object]) -> None:
         held = self._held.pop(task, None)

@@ -29,6 +29,8 @@ N_RECEIVE = 30_000 if QUICK else 100_000
 N_IO = 3_000 if QUICK else 10_000
 IO_CONCURRENCY = 100
 BATCH = 500
+#: Alternating runs of each receive case (best of each side reported).
+ROUNDS = 2 if QUICK else 3
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
@@ -98,11 +100,17 @@ def aio_cases(bootstrap: str) -> list[Case]:
              "marker_format": "kmq"}
     sides = ((1, _bare_loop, "receive()"), (BATCH, _bare_batches, f"receive_many({BATCH})"))
     for batch, baseline_target, label in sides:
-        baseline = _measured(bootstrap, "kmq", baseline_target, (), N_RECEIVE)
-        ours = _measured(bootstrap, "kmq", _async_loop, (batch,), N_RECEIVE)
+        # Alternating rounds, best of each side: this machine's load moves a single run by 1.5x either way.
+        baselines, ours_runs = [], []
+        for _ in range(ROUNDS):
+            baselines.append(_measured(bootstrap, "kmq", baseline_target, (), N_RECEIVE))
+            ours_runs.append(_measured(bootstrap, "kmq", _async_loop, (batch,), N_RECEIVE))
+        baseline, ours = max(baselines), max(ours_runs)
         what = "async for + await ack()" if batch == 1 else f"await receive_many({BATCH}) + await ack()"
         cases.append(Case(f"kmq.aio {what}, 1 event loop", "msgs/s", ours, baseline,
-                          f"Consumer {label} + ack(), 1 thread", setup))
+                          f"Consumer {label} + ack(), 1 thread", {**setup, "rounds": ROUNDS},
+                          extra={"ours_runs": [round(r) for r in ours_runs],
+                                 "baseline_runs": [round(r) for r in baselines]}))
     io_setup = {"jobs": N_IO, "payload": 256, "partitions": 6, "concurrency": IO_CONCURRENCY, "processes": 1,
                 "handler": "50 ms of waiting", "tracker": "running"}
     baseline = _measured(bootstrap, "kmq", _worker, ("tests.handlers_async:io_50ms_sync", IO_CONCURRENCY), N_IO)

@@ -14,13 +14,16 @@ Attributes follow the OpenTelemetry messaging conventions for Kafka (``messaging
 which is the record key) plus kmq's own: ``messaging.kmq.queue``, ``messaging.kmq.delivery_count``,
 ``messaging.kmq.first_message_id``.
 
-No cost when not installed or not configured: without opentelemetry every hook is one ``None`` check; with only the
-API (no SDK TracerProvider set) ``tracer()`` answers None from a cached check, asking the API again at most once a
-second (so a provider set after kmq's clients were made is picked up), and nothing is added to any message.
+No cost when not installed or not configured: kmq never imports opentelemetry itself (an application that
+configures tracing has imported it), so ``import kmq`` costs nothing more; ``tracer()``, asked once per send and
+per handler run, answers None from a cached check and looks again at most once a second (so a provider set after
+kmq's clients were made is picked up); and nothing is added to any message.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -28,13 +31,16 @@ from typing import Any, Protocol
 
 from kmq.wire import MessageId, consumer_group
 
-try:
-    from opentelemetry import propagate, trace
-    from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
-except ImportError:  # the extra is not installed: every hook stays off
-    INSTALLED = False
-else:
-    INSTALLED = True
+
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry") is not None  # a top-level name: nothing is imported
+    except (ImportError, ValueError):  # ValueError: a module whose import was blocked (sys.modules[name] = None)
+        return False
+
+
+#: The extra (opentelemetry-api) is installed; kmq imports it only once an application has set tracing up.
+INSTALLED = _installed()
 
 #: How often, at most, kmq asks the OpenTelemetry API whether a TracerProvider was configured meanwhile.
 RECHECK_S = 1.0
@@ -72,13 +78,20 @@ def tracer() -> Any:
     """kmq's Tracer when tracing is on (a TracerProvider is configured), else None. Called once per message."""
     global _tracer, _next_check
     found = _tracer
-    if found is not None or not INSTALLED:
+    if found is not None:
         return found
     now = time.monotonic()
     if now < _next_check:
         return None
     _next_check = now + RECHECK_S
-    provider = _provider if _provider is not None else trace.get_tracer_provider()
+    provider = _provider
+    if provider is None:
+        api = sys.modules.get("opentelemetry.trace")
+        if api is None:  # nobody in this process set tracing up (or the extra is not installed)
+            return None
+        provider = api.get_tracer_provider()
+    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
+
     if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
         return None
     _tracer = provider.get_tracer("kmq", _version())
@@ -100,6 +113,9 @@ def _version() -> str:
 def start_send(found: Any, topic: str, queue: str, headers: list[tuple[str, bytes]]) -> Any:
     """Starts the ``send`` span of one message and adds its context to ``headers`` (a header the caller set itself
     is kept, not overwritten); the caller ends it with ``end_send``."""
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind
+
     span = found.start_span(f"send {queue}", kind=SpanKind.PRODUCER, attributes={
         **_base(topic, queue), "messaging.operation.type": "send", "messaging.operation.name": "send"})
     carrier: dict[str, str] = {}
@@ -111,6 +127,8 @@ def start_send(found: Any, topic: str, queue: str, headers: list[tuple[str, byte
 
 def end_send(span: Any, message_id: MessageId | None, error: BaseException | None) -> None:
     """Ends a ``send`` span when the delivery report came (on the producer's thread)."""
+    from opentelemetry.trace import Status, StatusCode
+
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, str(error)))
         span.set_attribute("error.type", type(error).__name__)
@@ -135,6 +153,8 @@ def process_span(message: Traced, topic: str = "") -> AbstractContextManager[Any
 @contextmanager
 def processing(found: Any, message: Traced, topic: str) -> Iterator[Any]:
     """The ``process`` span of one delivery, current inside the block (the handler's own spans nest in it)."""
+    from opentelemetry import trace
+
     span = start_process(found, message, topic)
     try:
         with trace.use_span(span, end_on_exit=False, record_exception=True, set_status_on_exception=True):
@@ -146,6 +166,9 @@ def processing(found: Any, message: Traced, topic: str) -> Iterator[Any]:
 def start_process(found: Any, message: Traced, topic: str) -> Any:
     """Starts the ``process`` span of one delivery; settles of ``message`` are recorded on it until
     ``end_process``. The caller makes it current (``trace.use_span``) where the handler runs."""
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanKind
+
     parent = _extract(message.headers)
     creation = trace.get_current_span(parent).get_span_context() if parent is not None else trace.INVALID_SPAN_CONTEXT
     valid = creation.is_valid
@@ -169,6 +192,8 @@ def end_process(message: Traced, span: Any) -> None:
 
 def failed(span: Any, failure: str) -> None:
     """The handler failed (an exception, or its time limit): the span's status says so."""
+    from opentelemetry.trace import Status, StatusCode
+
     span.set_status(Status(StatusCode.ERROR, failure))
     span.set_attribute("error.type", failure.partition(":")[0])
 
@@ -196,6 +221,9 @@ def redelivered(headers: Sequence[tuple[str, bytes]], queue: str, topic: str, me
                 delivery_count: int, dead_letter: bool) -> None:
     """A tracker copied an expired message (to ``topic``): a ``redeliver`` span in the producer's trace. Nothing for
     messages sent without a trace context."""
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, SpanKind
+
     found = tracer()
     if found is None or not headers:
         return
@@ -232,6 +260,8 @@ def _position(message_id: MessageId) -> dict[str, str | int]:
 
 def _extract(headers: Mapping[str, bytes]) -> Any:
     """The context the producer injected into ``headers``, or None if it injected none."""
+    from opentelemetry import propagate
+
     if not headers:
         return None
     carrier = {name: headers[name].decode("latin-1") for name in propagate.get_global_textmap().fields

@@ -133,8 +133,11 @@ class AsyncConsumer:
         got = consumer.receive_many(max_messages, 0)
         if not got:
             got = await self._wait(consumer, max_messages, timeout)
-        for message in got:
-            self._hold(message)
+        held = self._holding()
+        if held is not None:
+            held.messages += got
+            if len(held.messages) >= held.compact_at:
+                held.compact()
         return [AsyncMessage(m) for m in got]
 
     async def _wait(self, consumer: Consumer, max_messages: int, timeout: float | None) -> list[Message]:
@@ -172,20 +175,26 @@ class AsyncConsumer:
     # --- what a task holds ------------------------------------------------------------------------------------------
 
     def _hold(self, message: Message) -> None:
+        held = self._holding()
+        if held is not None:
+            messages = held.messages
+            messages.append(message)
+            if len(messages) >= held.compact_at:
+                held.compact()
+
+    def _holding(self) -> _Held | None:
+        """What the current task holds (None outside a task)."""
         task = current_task(self._loop)
         held = self._last_held
         if task is not self._last_task or held is None:
             if task is None:
-                return
+                return None
             held = self._held.get(task)
             if held is None:
                 held = self._held[task] = _Held()
                 task.add_done_callback(self._task_done)
             self._last_task, self._last_held = task, held
-        messages = held.messages
-        messages.append(message)
-        if len(messages) >= held.compact_at:
-            held.compact()
+        return held
 
     def _task_done(self, task: asyncio.Task[object]) -> None:
         held = self._held.pop(task, None)

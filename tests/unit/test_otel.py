@@ -72,6 +72,25 @@ def test_without_opentelemetry_installed_kmq_works_and_touches_no_message() -> N
     assert result.stdout.strip() == "ok ['opentelemetry']"  # only the blocked name: nothing else was imported
 
 
+def test_with_opentelemetry_installed_and_not_set_up_kmq_does_not_even_import_it() -> None:
+    script = textwrap.dedent("""
+        import sys
+        import kmq
+        from kmq import otel
+        from kmq.client.producer import Producer
+        assert otel.INSTALLED and otel.tracer() is None
+        producer = Producer(kmq.Config(bootstrap_servers="127.0.0.1:1"), "q")
+        record = producer._prepare(b"x", None, time_limit=None, delay=None, deliver_at=None, ttl=None)
+        assert record.headers == [] and record.span is None, record
+        producer.close(0)
+        print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_with_the_api_but_no_tracer_provider_nothing_is_traced() -> None:
     assert otel.INSTALLED
     assert otel.tracer() is None

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -25,8 +24,7 @@ HeadersIn = Mapping[str, bytes | str] | None
 DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
 
 
-@dataclass(slots=True)
-class OutgoingRecord:
+class OutgoingRecord(NamedTuple):
     """One send, checked and ready to produce: the value, every header, and its ``send`` span when tracing."""
 
     data: bytes
@@ -127,8 +125,12 @@ class Producer:
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
         (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
         seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
-        future = self._produce(self._prepare(payload, headers, time_limit=time_limit, delay=delay,
-                                             deliver_at=deliver_at, ttl=ttl))
+        data, out, span = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
+                                        ttl=ttl)
+        if span is None:  # not tracing: the path of every send, kept as short as before
+            future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+        else:
+            future = self._produce(OutgoingRecord(data, out, span))
         if on_delivery is not None:
             callback = on_delivery
 

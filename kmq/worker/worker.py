@@ -240,11 +240,17 @@ class Worker:
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
         limit = self._start_run(msg, slot)
         tracing = otel.tracer()
-        if tracing is None:
-            self._run(msg, runner, slot, limit, None)
+        if tracing is not None:
+            with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
+                self._run(msg, runner, slot, limit, span)
             return
-        with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
-            self._run(msg, runner, slot, limit, span)
+        started = slot.since  # _run's body, inline: this is the path of every job
+        try:
+            outcome = runner.run(msg, limit)
+        finally:
+            ran = _end_run(slot, started, msg.queue)
+        self._windows[msg.queue].observe(ran)
+        self._settle.settle(msg, outcome, limit)
 
     def _run(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot, limit: float | None,
              span: Any) -> None:

@@ -146,3 +146,21 @@ def test_coroutine_handlers_still_running_at_the_drain_timeout_are_cancelled_and
     assert code == 0, err
     assert counts == {"acked": 2}
     assert sorted(int(str(r["delivery_count"])) for r in workers.runs()) == [1, 1, 2, 2]
+
+
+def test_a_coroutine_handler_running_past_the_redelivery_timeout_is_kept_alive(
+    kmq_config: ConfigFactory, workers: Workers,
+) -> None:
+    config = kmq_config(redelivery_timeout_ms=3_000)
+    assert kmq(config, "send", "long", "job").returncode == 0
+    with tracker_thread(config):
+        worker = workers.start(config, "tests.handlers_async:block_until_released", "long", "--concurrency", "2")
+        assert wait_for(lambda: len(workers.runs()) == 1, timeout_s=60)
+        # Three redelivery timeouts while the handler awaits: keep-alives hold the message, nobody gets a copy.
+        assert not wait_for(lambda: len(workers.runs()) > 1, timeout_s=9), workers.runs()
+        workers.release()
+        assert wait_for(lambda: stats(config, "long")["acked"] == 1, timeout_s=30), stats(config, "long")
+        code, counts, err, _ = terminate(worker)
+    assert code == 0, err
+    assert counts == {"acked": 1}
+    assert stats(config, "long")["redelivered"] == 0

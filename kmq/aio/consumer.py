@@ -169,7 +169,13 @@ class AsyncConsumer:
                 message = (await self._wait(consumer, 1, None))[0]
         except ConsumerClosedError:
             raise StopAsyncIteration from None
-        self._hold(message)
+        held = self._last_held  # _hold, inline: the same task iterates, message after message
+        if held is not None and current_task(self._loop) is self._last_task:
+            held.messages.append(message)
+            if len(held.messages) >= held.compact_at:
+                held.compact()
+        else:
+            self._hold(message)
         return AsyncMessage(message)
 
     # --- what a task holds ------------------------------------------------------------------------------------------

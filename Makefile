@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
+.PHONY: test-celery celery-install
 
 venv install: $(STAMP)
 
@@ -19,17 +20,20 @@ kafka-fetch: $(STAMP)
 	$(PY) -m kmq.testing.broker fetch
 	$(PY) -c 'from kmq.ops.audit import connector_jars; connector_jars()'
 
+# The functional tests mostly wait (timeouts, group joins): four at a time on one broker (pytest-xdist).
+XDIST := -n 4 --dist loadgroup
+
 test: kafka-fetch
-	$(PY) -m pytest tests/unit tests/functional
+	$(PY) -m pytest $(XDIST) tests/unit tests/functional
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 functional: kafka-fetch
-	$(PY) -m pytest tests/functional
+	$(PY) -m pytest $(XDIST) tests/functional
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq tests
+	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks
 	$(VENV)/bin/mypy kmq
 	$(VENV)/bin/lint-imports --no-cache
 
@@ -48,6 +52,36 @@ bench: kafka-fetch
 bench-quick: kafka-fetch
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
+# Dramatiq 2.2.1's own test suite (its sdist, fetched at run time into ~/.cache/kmq) against kmq's Dramatiq broker,
+# then our tests of that broker (retries, dead letters, time limits, worker SIGTERM and SIGKILL).
+.PHONY: test-dramatiq
+DRAMATIQ_STAMP := $(VENV)/.dramatiq-installed-stamp
+
+$(DRAMATIQ_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,dramatiq-tests]'
+	@touch $@
+
+test-dramatiq: kafka-fetch $(DRAMATIQ_STAMP)
+	$(PY) -m tests.frameworks.dramatiq.run_suite
+	$(PY) -m pytest tests/frameworks/dramatiq
+
+# Celery/kombu on kmq: kombu's own generic transport tests (t/integration/common.py of the pinned kombu sdist,
+# downloaded into ~/.cache/kmq by pip at test time, never copied here) and Celery worker tests, on a real broker.
+CELERY_STAMP := $(VENV)/.celery-stamp
+
+celery-install: $(CELERY_STAMP)
+
+$(CELERY_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,celery,bench]'
+	@touch $@
+
+# The bench compares Celery on kmq with Celery on Redis (tests/bench/test_bench_celery.py).
+bench bench-quick: $(CELERY_STAMP)
+
+test-celery: kafka-fetch $(CELERY_STAMP)
+	$(PY) -m tests.frameworks.kombu.sdist
+	$(PY) -m pytest tests/frameworks/kombu -p no:cacheprovider
+
 # Regenerates the committed protobuf modules from the .proto files.
 proto: $(STAMP)
 	$(PY) -m grpc_tools.protoc -Ikmq/wire/proto --python_out=kmq/wire/_proto --pyi_out=kmq/wire/_proto kmq/wire/proto/kmq_marker.proto
@@ -55,3 +89,14 @@ proto: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The documentation site (docs/, mkdocs.yml): every page, link, snippet and docstring must build cleanly.
+.PHONY: docs
+DOCS_STAMP := $(VENV)/.docs-installed-stamp
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[docs]'
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site

@@ -3,7 +3,7 @@
 The package's rooms, from the bottom up (imports only go down; ``make lint`` checks it with import-linter):
 ``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``config`` → ``_kafka`` (the confluent-kafka
 edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent of each other)
-→ ``service``, ``cli``, ``demo``. See the README's "Architecture" section.
+→ ``service``, ``cli``, ``demo``. See docs/architecture.md.
 """
 
 from kmq import logs
@@ -11,6 +11,7 @@ from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import (
+    ClientIdInUseError,
     ConfigError,
     ConsumerClosedError,
     DeliveryError,
@@ -31,6 +32,7 @@ from kmq.service import Queue, Service
 from kmq.wire import MessageId
 from kmq.worker import Backoff, Handler, Worker
 
+#: kmq's version (the one in pyproject.toml).
 __version__ = "0.2.0"
 
 __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
@@ -50,6 +52,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "Message",
     "MessageId",
     # errors (all rooted at KmqError; TimeLimitExceeded is a BaseException, like KeyboardInterrupt)
+    "ClientIdInUseError",
     "ConfigError",
     "ConsumerClosedError",
     "DeliveryError",

@@ -17,12 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
+import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from kmq import _kafka, logs
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError
-from kmq.wire import MessageId
+from kmq.wire import MessageId, datetime_from_ms, ms_from_datetime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="Run `kmq COMMAND --help` for a command's options and an example.")
     _add_log_options(parser, defaults=True)
     subs = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    parser.set_defaults(_subparsers=subs.choices)
 
     topics = _sub(subs, "topics", "Create or check the messages, markers (LogAppendTime) and dead-letter topics.")
     topics.add_argument("action", choices=["create", "check"])
@@ -138,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="no handler gets it before this many seconds")
     send.add_argument("--at", dest="deliver_at", type=_iso_time, metavar="TIME",
                       help="no handler gets it before TIME (ISO 8601, UTC if no zone)")
+    send.add_argument("--ttl", type=_number(float, 0, above=True), metavar="SECONDS",
+                      help="no handler gets it after this many seconds (it expires)")
+    send.add_argument("--time-limit", type=_number(float, 0, above=True), metavar="SECONDS",
+                      help="a handler may run this long on it (overrides the worker's --time-limit)")
+    send.add_argument("--ids", action="store_true", help="print each message's id (PARTITION:OFFSET), one a line")
 
     worker = _sub(subs, "worker", "Run a handler over a queue: return → ack, kmq.Reject → reject, "
                                   "exception → retry with backoff, then dead letter after max deliveries.")
@@ -168,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "redrive"])
     dlq.add_argument("queue")
     dlq.add_argument("--limit", type=COUNT, default=None)
+    dlq.add_argument("--json", action="store_true", help="one JSON object a letter (list)")
+    dlq.add_argument("--all", action="store_true", help="list: also the letters an earlier redrive moved (marked)")
 
     pause = _sub(subs, "pause", "Stop a queue's consumers taking new messages (in-flight ones finish), until "
                                 "`kmq resume` or --until; held in Kafka, so it survives restarts.")
@@ -199,8 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, so the line names it: "kmq send: error: …"
+        args._subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     logs.configure(args.log_level, args.log_json)
+    usage = _usage_error(args)
+    if usage is not None:
+        parser.exit(EXIT_USAGE, f"kmq {args.command}: error: {usage} (see kmq {args.command} --help)\n")
     if args.command == "worker" and args.backoff_max < args.backoff_base:
         parser.exit(EXIT_USAGE, f"kmq worker: error: --backoff-max ({args.backoff_max}) is below --backoff-base "
                                 f"({args.backoff_base})\n")
@@ -224,6 +238,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def _usage_error(args: argparse.Namespace) -> str | None:
+    """Option combinations argparse cannot check."""
+    if args.command == "send":
+        given = [name for name, on in (("PAYLOAD", args.payload is not None), ("--file", args.file is not None),
+                                       ("--stdin", args.stdin)) if on]
+        if not given:
+            return "nothing to send: give a PAYLOAD, --file or --stdin"
+        if len(given) > 1:
+            return f"give one of PAYLOAD, --file and --stdin, not {' and '.join(given)}"
+        if args.delay is not None and args.deliver_at is not None:
+            return "give --delay or --at, not both"
+    if args.command == "pause" and args.until is not None and args.until <= datetime.now(UTC):
+        return f"--until {args.until.isoformat()} is not in the future"
+    return None
+
+
 def _fail(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> int:
     """The one line a failed command prints: plain, or a JSON object with ``--log-json`` (all of stderr is then
     JSON lines)."""
@@ -238,21 +268,27 @@ def _fail(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> int
 def cmd_topics(config: Config, args: argparse.Namespace) -> int:
     from kmq._kafka.topics import check_topics, create_topics
 
+    timeout_s = config.connect_timeout_ms / 1000
     if args.action == "create":
         for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
-                                    replication_factor=args.replication_factor):
+                                    replication_factor=args.replication_factor, timeout_s=timeout_s):
             note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
-            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions{note})")
+            print(f"{status.name}: {'created' if status.created else 'exists'} "
+                  f"({plural(status.partitions, 'partition')}{note})")
     else:
-        for name, partitions in check_topics(config).items():
-            print(f"{name}: ok ({partitions} partitions)")
+        for name, partitions in check_topics(config, timeout_s=timeout_s).items():
+            print(f"{name}: ok ({plural(partitions, 'partition')})")
     return EXIT_OK
 
 
-def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
+def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[bytes]:
     if args.stdin:
         for line in sys.stdin.buffer:
-            yield line.rstrip(b"\n")
+            payload = line.rstrip(b"\r\n")
+            if payload.strip():
+                yield payload
+            else:  # a blank line is a separator, not an empty job
+                skipped[0] += 1
     elif args.file is not None:
         try:
             data = args.file.read_bytes()
@@ -263,8 +299,6 @@ def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
     elif args.payload is not None:
         for i in range(args.count):
             yield args.payload.replace("{i}", str(i)).encode()
-    else:
-        raise KmqError("nothing to send: give a PAYLOAD, --file or --stdin")
 
 
 def cmd_send(config: Config, args: argparse.Namespace) -> int:
@@ -280,10 +314,13 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
         if not sep:
             raise KmqError(f"--header must be K=V, got {item!r}")
         headers[key] = value
-    sent, started, last_report = 0, time.monotonic(), 0.0
+    sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
+    deliveries = []
     with Service(config).queue(args.queue).producer() as producer:
-        for payload in _payloads(args):
-            producer.send_async(payload, headers or None, delay=args.delay, deliver_at=args.deliver_at)
+        for payload in _payloads(args, skipped):
+            deliveries.append(producer.send_async(payload, headers or None, delay=args.delay,
+                                                  deliver_at=args.deliver_at, ttl=args.ttl,
+                                                  time_limit=args.time_limit))
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()
@@ -291,7 +328,14 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
         if producer.flush(60):
             raise KmqError("some messages were not delivered within 60 s")
     seconds = time.monotonic() - started
-    print(f"sent {sent} message(s) to {args.queue!r} in {seconds:.2f}s ({sent / max(seconds, 1e-9):.0f} msgs/s)")
+    ids = [str(d.result(0)) for d in deliveries]
+    if args.ids:
+        print("\n".join(ids))
+    which = f" (id {ids[0]})" if len(ids) == 1 else ""
+    blank = f"; {plural(skipped[0], 'blank line')} skipped" if skipped[0] else ""
+    summary = (f"sent {plural(sent, 'message')}{which} to {args.queue!r} in {seconds:.2f}s "
+               f"({sent / max(seconds, 1e-9):.0f} msgs/s){blank}")
+    print(summary, file=sys.stderr if args.ids else sys.stdout)
     return EXIT_OK
 
 
@@ -302,6 +346,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
     sys.path.insert(0, os.getcwd())
     handler = load_handler(args.handler)
+    _warn_if_no_tracker(config)
     if args.metrics_port is not None:
         config = config.replace(metrics_port=args.metrics_port)
     worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,
@@ -332,6 +377,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     rows = collect(config, args.queue, _progress)
     if sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr)  # clears the progress line
+    _warn_if_no_tracker(config)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
@@ -341,6 +387,17 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
+
+
+def _warn_if_no_tracker(config: Config) -> None:
+    """Without a tracker nothing comes back: not a release, not what a crashed worker held. Said on stderr."""
+    from kmq._kafka.offsets import group_members
+
+    if group_members(config, config.tracker_group) == 0:
+        structlog.get_logger("kmq.cli").warning(
+            "no_redelivery_tracker", group=config.tracker_group,
+            note="released messages and those of crashed workers will not come back until a tracker runs "
+                 "(kmq tracker)")
 
 
 _last_progress = [0.0]
@@ -359,13 +416,27 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
     from kmq.ops.dlq import list_dead_letters, redrive
 
     if args.action == "redrive":
-        print(f"redrove {redrive(config, args.queue, args.limit)} message(s) onto {args.queue!r}")
+        print(f"redrove {plural(redrive(config, args.queue, args.limit), 'message')} onto {args.queue!r}")
         return EXIT_OK
-    letters = list_dead_letters(config, args.queue, args.limit)
-    rows = [[str(d.dlq_id), d.first_message_id, str(d.delivery_count), d.reason[:60],
-             d.payload[:40].decode("utf-8", "replace")] for d in letters]
-    print(format_table(["dlq_id", "first_id", "deliveries", "reason", "payload"], rows))
+    letters = list_dead_letters(config, args.queue, args.limit, include_redriven=args.all)
+    if args.json:
+        print(json.dumps([letter.as_dict() for letter in letters], indent=2))
+        return EXIT_OK
+    rows = [[str(d.dlq_id), d.first_message_id, str(d.delivery_count), _printable(d.reason, 60),
+             _printable(d.payload.decode("utf-8", "replace"), 40), *(["yes" if d.redriven else ""] if args.all else [])]
+            for d in letters]
+    print(format_table(["dlq_id", "first_id", "deliveries", "reason", "payload",
+                        *(["redriven"] if args.all else [])], rows))
+    waiting = sum(not d.redriven for d in letters)
+    limited = " (--limit reached: there may be more)" if args.limit is not None and len(letters) >= args.limit else ""
+    print(f"{plural(waiting, 'dead letter')} waiting in {config.dlq_topic!r}{limited}", file=sys.stderr)
     return EXIT_OK
+
+
+def _printable(text: str, width: int) -> str:
+    """One table cell: control characters (newlines, tabs) escaped, cut to ``width``."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= width else shown[:width - 1] + "…"
 
 
 def cmd_pause(config: Config, args: argparse.Namespace) -> int:
@@ -391,7 +462,7 @@ def cmd_purge(config: Config, args: argparse.Namespace) -> int:
     from kmq.wire import validate_queue_name
 
     before = control.purge(config, validate_queue_name(args.queue), _time_ms(args.before))
-    when = datetime.fromtimestamp(before / 1000, UTC).isoformat(timespec="milliseconds")
+    when = datetime_from_ms(before).isoformat(timespec="milliseconds")
     print(f"purging {args.queue!r}: messages enqueued before {when} are settled without a handler as consumers "
           "and trackers reach them (`kmq stats` counts them as purged)")
     return EXIT_OK
@@ -405,17 +476,19 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK
+    headers = " ".join(f"{k}={_printable(v, 40)}" for k, v in life.headers.items()) or "none"
+    print(f"message {life.first_message_id} of queue {life.queue!r}: {plural(life.payload_bytes, 'byte')}, "
+          f"headers {headers}")
     for event in life.events:
-        when = datetime.fromtimestamp(event.at_ms / 1000, UTC).isoformat(timespec="milliseconds")
-        detail = " ".join(f"{k}={v}" for k, v in event.detail.items())
-        print(f"{when}  {event.what:<14} {event.message_id:<12} {detail}".rstrip())
-    print(f"state: {life.state}{f' (held by {life.holder})' if life.holder else ''}; "
-          f"first message id {life.first_message_id}")
+        when = datetime_from_ms(event.at_ms).isoformat(timespec="milliseconds")
+        detail = "  ".join(f"{k}={_printable(str(v), 60)}" for k, v in event.detail.items())
+        print(f"{when}  {event.what:<13} {event.message_id:<12} {detail}".rstrip())
+    print(f"state: {life.state}: {life.summary}" + (f" (held by {life.holder})" if life.holder else ""))
     return EXIT_OK
 
 
 def _time_ms(moment: datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp() * 1000)
+    return None if moment is None else ms_from_datetime(moment)
 
 
 AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",
@@ -439,6 +512,11 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
     print(f"malformed markers: {result['malformed_markers']}; results in {args.out}")
     return EXIT_OK
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
-from kmq.wire import TRACKER_GROUP
+from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
@@ -79,11 +79,15 @@ class Config:
     (``security.protocol``, ``sasl.*``, ``ssl.*`` …) to every client kmq creates.
     """
 
+    #: Kafka bootstrap servers (required).
     bootstrap_servers: str
+    #: The topic all logical queues share.
     message_topic: str = "kmq.messages"
-    marker_topic: str = "kmq.wire.markers"
+    #: Start/KeepAlive/End markers; must use LogAppendTime.
+    marker_topic: str = "kmq.markers"
     #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
     dead_letter_topic: str = ""
+    #: Silence after which a message is redelivered (at most 12 h); keep-alives run every half of it.
     redelivery_timeout_ms: int = 60_000
     #: Records read from Kafka (Start written, committed) and waiting for ``receive``; also the most messages
     #: one Start batch holds.
@@ -104,16 +108,23 @@ class Config:
     settle_linger_ms: int = 5
     #: Settles that make the consumer write their record at once, without waiting ``settle_linger_ms``.
     settle_batch_size: int = 500
+    #: Commit after this many other queues' records.
     max_messages_per_commit: int = 1_000
+    #: One poll's wait.
     next_message_timeout_ms: int = 1_000
+    #: Larger payloads are refused with PayloadTooLargeError.
     max_payload_bytes: int = 900_000
     #: Deliveries after which a message is dead-lettered instead of redelivered; 0 = never (SQS maxReceiveCount).
     max_deliveries: int = 0
     #: Stable consumer identity; becomes ``group.instance.id`` (static membership) when set.
     client_id: str = ""
+    #: How long to wait for an unreachable broker before a clear error.
     connect_timeout_ms: int = 10_000
+    #: Tracker clock: hold the newest marker time this long before extrapolating (0: always extrapolate).
     use_now_if_no_marker_seen_ms: int = 0
+    #: The tracker commits after this many markers ...
     num_offsets_per_commit: int = 1_000
+    #: ... or this often.
     tracker_commit_interval_ms: int = 1_000
     #: Serve /metrics and /healthz on this port (worker and tracker; 0 = off), bound to ``metrics_host``.
     metrics_port: int = 0
@@ -122,6 +133,9 @@ class Config:
     #: The trackers' consumer group. Two kmq deployments on one cluster need different groups (and topics);
     #: kafka-mq-go's trackers use the default.
     tracker_group: str = TRACKER_GROUP
+    #: A queue's consumer group is this prefix and the queue's name (kafka-mq-go's ``kafka-mq-``). Two deployments
+    #: on one cluster whose queues share names need different prefixes (and a tracker group each).
+    consumer_group_prefix: str = CONSUMER_GROUP_PREFIX
     #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
     #: never handed to a handler: see ``expired_messages``.
     queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
@@ -130,6 +144,8 @@ class Config:
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
     #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
     at_most_once_queues: tuple[str, ...] = ()
+    #: librdkafka settings for every client (``security.protocol``, ``sasl.*``, ``ssl.*`` …); kmq-owned keys are
+    #: refused, secrets never logged.
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
@@ -179,7 +195,7 @@ class Config:
         if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
             raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
         object.__setattr__(self, "at_most_once_queues", tuple(names))
-        for name in ("metrics_host", "tracker_group"):
+        for name in ("metrics_host", "tracker_group", "consumer_group_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():
                 raise ConfigError(name, f"must be a non-empty printable string, got {value!r}")
@@ -202,6 +218,7 @@ class Config:
 
     @property
     def dlq_topic(self) -> str:
+        """The dead-letter topic: ``dead_letter_topic``, or ``<message_topic>.dlq``."""
         return self.dead_letter_topic or f"{self.message_topic}.dlq"
 
     @property
@@ -216,8 +233,13 @@ class Config:
         """The librdkafka ``partition.assignment.strategy`` kmq's consumers and trackers use."""
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
 
+    def consumer_group(self, queue: str) -> str:
+        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        return consumer_group(queue, self.consumer_group_prefix)
+
     @property
     def keep_alive_interval_ms(self) -> int:
+        """How often a consumer writes keep-alives for a message in flight: half the redelivery timeout."""
         return self.redelivery_timeout_ms // 2
 
     def redacted_kafka(self) -> dict[str, str]:
@@ -232,6 +254,7 @@ class Config:
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied (and checked)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -287,10 +310,16 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for raw_key, value in _flatten(data):
         key = GO_KEYS.get(raw_key, raw_key.replace("-", "_"))
         if key not in _FIELDS:
-            raise ConfigError(raw_key, "unknown configuration key")
+            names = sorted({*_FIELDS, *GO_KEYS})
+            close = difflib.get_close_matches(raw_key, names, n=1) or difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(raw_key, "unknown configuration key" + (f" (did you mean {close[0]}?)" if close else ""))
+        if key in given_as:  # e.g. bootstrap-servers and bootstrap_servers: one would silently win
+            raise ConfigError(raw_key, f"names the same setting as {given_as[key]}: give one of them")
+        given_as[key] = raw_key
         out[key] = value
     return out
 

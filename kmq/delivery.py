@@ -34,7 +34,15 @@ class Delivery(Generic[T]):
             callback(self)
 
     def done(self) -> bool:
+        """True once the delivery report came (success or failure)."""
         return self._done
+
+    def __repr__(self) -> str:
+        if not self._done:
+            return "<Delivery pending>"
+        if self._error is not None:
+            return f"<Delivery failed: {self._error}>"
+        return f"<Delivery done: {self._value}>"
 
     def _wait(self, timeout: float | None) -> None:
         with _DELIVERY_LOCK:
@@ -47,16 +55,20 @@ class Delivery(Generic[T]):
             raise TimeoutError(f"no delivery report within {timeout}s")
 
     def result(self, timeout: float | None = None) -> T:
+        """The value (a MessageId for a send) once durable; raises the delivery's error, or TimeoutError after
+        ``timeout`` seconds."""
         self._wait(timeout)
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The delivery's error, or None once it succeeded; waits up to ``timeout`` seconds like ``result``."""
         self._wait(timeout)
         return self._error
 
     def add_done_callback(self, fn: Callable[[Delivery[T]], object]) -> None:
+        """Calls ``fn(delivery)`` when the report comes (at once if it came already), on the producer's thread."""
         with _DELIVERY_LOCK:
             if not self._done:
                 if self._callbacks is None:

@@ -66,6 +66,11 @@ class MessageSettledError(KmqError):
     """Raised when ack, release or reject is called on a message that was already settled."""
 
 
+class ClientIdInUseError(KmqError):
+    """Raised when a consumer starts with a ``client_id`` that a live consumer of another process holds: two
+    processes with one identity would fence each other and run each other's jobs twice."""
+
+
 class ConsumerClosedError(KmqError):
     """Raised when a closed consumer is used, or a message is settled after its consumer closed."""
 

@@ -7,10 +7,12 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kmq.errors import KmqError
 
 #: How long a probe's answer is reused: a scraper polling /healthz every second costs one metadata call per 5 s.
 PROBE_CACHE_S = 5.0
@@ -23,7 +25,7 @@ class Health(Protocol):
 
 
 class MetadataClient(Protocol):
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> object: ...
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
 
 
 class BrokerProbe:
@@ -77,6 +79,9 @@ def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> 
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as err:  # in use, not ours to bind, no such interface: the one line the user needs
+        raise KmqError(f"cannot serve metrics on {host}:{port}: {err.strerror or err}") from err
     threading.Thread(target=server.serve_forever, name="kmq-metrics", daemon=True).start()
     return server

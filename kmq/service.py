@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kmq._kafka.topics import TopicStatus, check_topics, create_topics
@@ -11,7 +11,7 @@ from kmq.aio import AsyncConsumer, AsyncProducer
 from kmq.client.consumer import Consumer
 from kmq.client.producer import Producer
 from kmq.config import Config
-from kmq.wire import validate_queue_name
+from kmq.wire import datetime_from_ms, ms_from_datetime, validate_queue_name
 from kmq.worker import Handler, Worker
 
 
@@ -20,9 +20,11 @@ class Queue:
 
     def __init__(self, config: Config, name: str) -> None:
         self.config = config
+        #: The queue's name: the record key of its messages and markers.
         self.name = validate_queue_name(name)
 
     def producer(self) -> Producer:
+        """A producer for this queue (thread-safe; close it, or use it as a context manager)."""
         return Producer(self.config, self.name)
 
     def consumer(self) -> Consumer:
@@ -38,8 +40,9 @@ class Queue:
         return AsyncConsumer(self.config, self.name)
 
     def worker(self, concurrency: int = 1, **options: Any) -> Callable[[Handler], Worker]:
-        """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it. An
-        ``async def`` handler runs on one event loop with at most ``concurrency`` runs at once."""
+        """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it. The
+        Worker stays callable (it runs the handler), and ``kmq worker module:name`` runs it too. An ``async def``
+        handler runs on one event loop with at most ``concurrency`` runs at once."""
         def wrap(handler: Handler) -> Worker:
             return Worker(self.config, [self.name], handler, concurrency, **options)
         return wrap
@@ -48,9 +51,10 @@ class Queue:
         """Its consumers take no new messages until ``resume()`` (or ``until``); kept in the control topic."""
         from kmq._kafka import control
 
-        control.pause(self.config, self.name, None if until is None else int(until.timestamp() * 1000))
+        control.pause(self.config, self.name, None if until is None else ms_from_datetime(until))
 
     def resume(self) -> None:
+        """Lets the queue's consumers take messages again (ends a ``pause``)."""
         from kmq._kafka import control
 
         control.resume(self.config, self.name)
@@ -60,8 +64,8 @@ class Queue:
         included, as consumers and trackers reach them; returns the time used. Idempotent."""
         from kmq._kafka import control
 
-        before_ms = control.purge(self.config, self.name, None if before is None else int(before.timestamp() * 1000))
-        return datetime.fromtimestamp(before_ms / 1000, UTC)
+        before_ms = control.purge(self.config, self.name, None if before is None else ms_from_datetime(before))
+        return datetime_from_ms(before_ms)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -77,14 +81,19 @@ class Service:
         self._queues: dict[str, Queue] = {}
 
     def queue(self, name: str) -> Queue:
+        """The queue called ``name`` (the same object each time); raises InvalidQueueNameError for a bad name."""
         if name not in self._queues:
             self._queues[name] = Queue(self.config, name)
         return self._queues[name]
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
                       replication_factor: int = 1) -> list[TopicStatus]:
+        """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
+        as ``kmq topics create`` does; existing topics are kept as they are."""
         return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
                              replication_factor=replication_factor)
 
     def check_topics(self) -> dict[str, int]:
+        """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises
+        TopicError."""
         return check_topics(self.config)

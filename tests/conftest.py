@@ -1,81 +1,31 @@
-"""Session-wide real Kafka for functional tests and benches.
-
-Order: ``KMQ_BOOTSTRAP_SERVERS`` if set; testcontainers' Kafka if a Docker engine answers a ping; else the
-local Maven-jar KRaft broker (kmq.testing.broker), started once per session and stopped at its end.
-"""
+"""Fixtures for the functional tests: the run's broker (tests/kafka_plugin.py), uniquely named topics, and kmq
+configs on topics and groups of their own, so tests can run side by side (pytest-xdist) on one broker."""
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import settings
 
-from kmq.testing.broker import LocalKafka
+from tests.helpers import ConfigFactory, TopicFactory, unique
+from tests.kafka_plugin import (
+    admin,
+    kafka_bootstrap,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_unconfigure,
+)
 
-if TYPE_CHECKING:
-    from kmq.config import Config
+__all__ = ["admin", "kafka_bootstrap", "pytest_collection_modifyitems", "pytest_configure", "pytest_unconfigure"]
 
-
-def _docker_answers() -> bool:
-    """A raw ``GET /_ping`` to the engine, so a dead socket costs milliseconds and leaks nothing."""
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    try:
-        if host.startswith("unix://"):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            address: str | tuple[str, int] = host.removeprefix("unix://")
-        elif host.startswith("tcp://"):
-            name, _, port = host.removeprefix("tcp://").partition(":")
-            sock, address = socket.socket(), (name, int(port or 2375))
-        else:
-            return False
-        with sock:
-            sock.settimeout(2)
-            sock.connect(address)
-            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            return sock.recv(64).split(b" ")[1:2] == [b"200"]
-    except (OSError, ValueError, IndexError):
-        return False
-
-
-def _testcontainers_kafka(stack: ExitStack) -> str:
-    try:
-        from testcontainers.kafka import KafkaContainer
-    except ImportError:
-        from testcontainers.community.kafka import KafkaContainer  # type: ignore[no-redef]
-    container = stack.enter_context(KafkaContainer().with_kraft())
-    return str(container.get_bootstrap_server())
-
-
-@pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """The bootstrap address of the session's real broker."""
-    env = os.environ.get("KMQ_BOOTSTRAP_SERVERS")
-    if env:
-        yield env
-        return
-    with ExitStack() as stack:
-        if _docker_answers():
-            yield _testcontainers_kafka(stack)
-            return
-        broker = stack.enter_context(LocalKafka())
-        print(f"\nkmq: local Kafka {broker.version} at {broker.bootstrap_servers} "
-              f"started in {broker.start_seconds:.1f}s")
-        yield broker.bootstrap_servers
-
-
-@pytest.fixture(scope="session")
-def admin(kafka_bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka_bootstrap})
-
-
-TopicFactory = Callable[..., str]
+# Properties, not timings: a loaded machine (CI runs four tests at once beside a broker) must not fail an example
+# for taking 300 ms.
+settings.register_profile("kmq", deadline=None)
+settings.load_profile("kmq")
 
 
 @pytest.fixture
@@ -97,13 +47,6 @@ def new_topic(admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[To
             future.result(timeout=30)
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-ConfigFactory = Callable[..., "Config"]
-
-
 @pytest.fixture(params=["kmq", "kafka-mq-go"])
 def marker_format(request: pytest.FixtureRequest) -> str:
     """Runs a test once per marker format: kmq's batched records and kafka-mq-go's per-message ones."""
@@ -121,8 +64,10 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
 
     def make(partitions: int = 3, marker_partitions: int = 2, **fields: object) -> Config:
         base = unique(request.node.name[:30].replace("[", "-").replace("]", "").replace("_", "-"))
-        # A tracker group of its own: a tracker left over from another test (or session) never joins this one's.
+        # Groups of its own: a consumer or tracker of another test (running beside it, or left over) never joins
+        # this one's groups, whatever its queue names.
         fields.setdefault("tracker_group", f"{base}.trackers")
+        fields.setdefault("consumer_group_prefix", f"{base}.")
         config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
         create_topics(config, partitions=partitions, marker_partitions=marker_partitions)

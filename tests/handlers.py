@@ -62,6 +62,13 @@ def release_first_then_ack(message: Message) -> None:
         message.ack()
 
 
+def note_a_long_run(message: Message) -> None:
+    """Notes when it starts and when it ends a 6 s run (to tell overlapping runs of one job apart)."""
+    _note(message, event="start", at=time.time())
+    time.sleep(6)
+    _note(message, event="end", at=time.time())
+
+
 def block_until_released(message: Message) -> None:
     """Notes the run, then blocks until the file $KMQTEST_RELEASE exists (at most 120 s; interruptible)."""
     import os

@@ -10,7 +10,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,14 @@ from kmq.redelivery.tracker import RedeliveryTracker
 from tests.markers_io import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The fixtures' factories (tests/conftest.py): a uniquely named topic, a Config on topics and groups of its own.
+TopicFactory = Callable[..., str]
+ConfigFactory = Callable[..., Config]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
 # Small enough that a killed member leaves the group within seconds (the broker's minimum is 6 s).
 FAST_GROUP = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "500"}
 
@@ -84,6 +93,8 @@ def members_holding_partitions(admin: AdminClient, group: str) -> int:
     serving yet (a broker started a moment ago answers NOT_COORDINATOR)."""
     try:
         description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except TimeoutError:  # a loaded or fresh broker slow to answer: the caller's wait asks again
+        return 0
     except KafkaException as exc:
         if exc.args[0].code() in LEADERSHIP_MOVING:
             return 0
@@ -97,6 +108,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def run_kmq(config: Config | None, *args: str, stdin: str | None = None, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kmq ARGS`` as a subprocess configured for ``config`` (through KMQ_* variables; none without a config)."""
+    base = env_for(config) if config else {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kmq.cli", *args], cwd=ROOT, env={**base, **(env or {})},
+                          input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def env_for(config: Config) -> dict[str, str]:

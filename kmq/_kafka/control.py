@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import structlog
@@ -24,6 +23,7 @@ from kmq._kafka.settings import consumer_settings, messages_producer_settings
 from kmq._kafka.topic_replay import drop_reached
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
+from kmq.wire import ms_after, now_ms, private_group
 from kmq.wire.control import PAUSE, PURGE, ControlState, control_topic
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -43,7 +43,7 @@ class ControlFollower:
         self._on_change = on_change
         self._stop = threading.Event()
         self._consumer = KafkaConsumer({
-            **consumer_settings(config.replace(client_id=""), f"kmq-control-{uuid.uuid4().hex}", "kmq-control"),
+            **consumer_settings(config.replace(client_id=""), private_group("control"), "kmq-control"),
             "fetch.wait.max.ms": 100,  # a pause or purge should reach running consumers within a fraction of a second
         })
         self._thread: threading.Thread | None = None
@@ -82,8 +82,17 @@ class ControlFollower:
         if ends:
             raise KafkaClientError(f"could not read control topic {self._topic!r} within {timeout_s + 20:.0f}s")
 
+    @property
+    def available(self) -> bool:
+        """Whether the control topic exists (and is followed)."""
+        return self._thread is not None
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
     def _apply(self, record: object) -> None:
-        self.state.apply(record.key() or b"", record.value())  # type: ignore[attr-defined]
+        self.state.apply(record.key() or b"", record.value(), record.offset() or 0)  # type: ignore[attr-defined]
         if self._on_change is not None:
             self._on_change(self.state)
 
@@ -118,7 +127,7 @@ def write(config: Config, key: str, value: dict[str, object] | None) -> None:
 
 
 def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    write(config, PAUSE + queue, {"until_ms": until_ms, "at_ms": int(time.time() * 1000)})
+    write(config, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
 def resume(config: Config, queue: str) -> None:
@@ -127,6 +136,6 @@ def resume(config: Config, queue: str) -> None:
 
 def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
-    before = int(time.time() * 1000) if before_ms is None else before_ms
+    before = ms_after(0) if before_ms is None else before_ms
     write(config, PURGE + queue, {"before_ms": before})
     return before

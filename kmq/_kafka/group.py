@@ -1,17 +1,38 @@
-"""Group membership helpers shared by the consumer and the tracker: assignment per rebalance protocol, and the
-watch that turns "cannot join the group" into a clear fatal error."""
+"""GroupMembership: one member of a consumer group, shared by the queue consumer and the tracker.
+
+It subscribes, takes librdkafka's rebalance callbacks (which run inside ``poll``/``consume`` on the owner's loop
+thread), assigns and unassigns per protocol (an eager rebalance hands over the whole assignment, a cooperative one a
+delta), keeps the set of partitions held, and tells its owner in three steps: ``assigned`` (new partitions),
+``revoking`` (still held: the last chance to commit), ``dropped`` (no longer held, or lost). Every step is guarded:
+an exception escaping a rebalance callback would surface from the owner's poll far from its cause, or end its loop,
+so each is logged (``rebalance_callback_failed``) and the next step still runs. The GroupJoinWatch turns "cannot join
+the group" into a clear fatal error.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, TopicPartition
+import structlog
+from confluent_kafka import KafkaError
 
 from kmq.errors import KafkaClientError
 
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-def assign(consumer: KafkaConsumer, partitions: list[TopicPartition], eager: bool) -> None:
+
+class AssignClient(Protocol):
+    """The assignment calls of a group member (confluent_kafka.Consumer)."""
+
+    def assign(self, partitions: list[Any]) -> None: ...
+    def incremental_assign(self, partitions: list[Any]) -> None: ...
+    def unassign(self) -> None: ...
+    def incremental_unassign(self, partitions: list[Any]) -> None: ...
+
+
+def assign(consumer: AssignClient, partitions: list[Any], eager: bool) -> None:
     """In an on_assign callback: an eager rebalance hands over the whole assignment, a cooperative one a delta."""
     if eager:
         consumer.assign(partitions)
@@ -19,7 +40,7 @@ def assign(consumer: KafkaConsumer, partitions: list[TopicPartition], eager: boo
         consumer.incremental_assign(partitions)
 
 
-def unassign(consumer: KafkaConsumer, partitions: list[TopicPartition], eager: bool) -> None:
+def unassign(consumer: AssignClient, partitions: list[Any], eager: bool) -> None:
     """In an on_revoke/on_lost callback: an eager rebalance takes everything back, a cooperative one a delta."""
     if eager:
         consumer.unassign()
@@ -56,3 +77,86 @@ class GroupJoinWatch:
             "marker_format: kafka-mq-go)", code=err.code())
 
 
+Hook = Callable[[list[int]], None]
+
+
+class GroupMembership:
+    """The rebalance side of one group member; its callbacks run on the owner's loop thread (inside poll).
+
+    ``on_assigned(partitions)`` after new partitions are assigned; ``on_revoking(partitions)`` while revoked ones are
+    still held (commit them); ``on_dropped(partitions, lost)`` once they are gone; ``on_changed()`` after any change
+    of the assignment.
+    """
+
+    def __init__(self, group: str, strategy: str, *, eager: bool, join_bound_s: float,
+                 on_assigned: Hook | None = None, on_revoking: Hook | None = None,
+                 on_dropped: Callable[[list[int], bool], None] | None = None,
+                 on_changed: Callable[[], None] | None = None,
+                 logger: structlog.typing.FilteringBoundLogger = log) -> None:
+        self.group = group
+        self.eager = eager
+        self._join_watch = GroupJoinWatch(group, strategy, join_bound_s)
+        self._on_assigned = on_assigned
+        self._on_revoking = on_revoking
+        self._on_dropped = on_dropped
+        self._on_changed = on_changed
+        self._log = logger
+        #: Partitions held now.
+        self.assigned: frozenset[int] = frozenset()
+        #: Rebalance callbacks seen (assign, revoke and lost alike).
+        self.rebalances = 0
+
+    def subscribe(self, client: Any, topics: list[str]) -> None:
+        client.subscribe(topics, on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
+
+    def cannot_join(self, err: KafkaError) -> KafkaClientError | None:
+        """For each client error: the fatal error when the group cannot be joined, else None."""
+        return self._join_watch.check(err, bool(self.assigned))
+
+    def _assign(self, client: AssignClient, partitions: list[Any]) -> None:
+        self.rebalances += 1
+        numbers = [tp.partition for tp in partitions]
+        if self._guard("assign", assign, client, partitions, self.eager):
+            self._join_watch.assigned()
+            self.assigned = (frozenset() if self.eager else self.assigned) | set(numbers)
+        self._log.info("partitions_assigned", group=self.group, partitions=numbers)
+        if self._on_assigned is not None:
+            self._guard("assigned", self._on_assigned, numbers)
+        self._changed()
+
+    def _revoke(self, client: AssignClient, partitions: list[Any]) -> None:
+        self.rebalances += 1
+        numbers = [tp.partition for tp in partitions]
+        if self._on_revoking is not None:
+            self._guard("revoking", self._on_revoking, numbers)
+        self._drop(client, partitions, numbers, lost=False)
+        self._log.info("partitions_revoked", group=self.group, partitions=numbers)
+
+    def _lost(self, client: AssignClient, partitions: list[Any]) -> None:
+        self.rebalances += 1
+        numbers = [tp.partition for tp in partitions]
+        self._drop(client, partitions, numbers, lost=True)
+        self._log.warning("partitions_lost", group=self.group, partitions=numbers)
+
+    def _drop(self, client: AssignClient, partitions: list[Any], numbers: list[int], lost: bool) -> None:
+        if self._on_dropped is not None:
+            self._guard("dropped", self._on_dropped, numbers, lost)
+        self._guard("unassign", unassign, client, partitions, self.eager)
+        self.assigned = self.assigned - set(numbers)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_changed is not None:
+            self._guard("changed", self._on_changed)
+
+    def _guard(self, step: str, fn: Callable[..., object], *args: object) -> bool:
+        try:
+            fn(*args)
+        except Exception as err:  # noqa: BLE001 - see the module docstring: logged here, the next step still runs
+            self._log.error("rebalance_callback_failed", group=self.group, step=step, error=_describe(err))
+            return False
+        return True
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaException
-from confluent_kafka import Producer as KafkaProducer
 
 from kmq._kafka.errors import to_kmq_error
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
+from kmq.metrics_http import MetadataClient
 
 
-def topic_partitions(client: KafkaConsumer | KafkaProducer, config: Config, topic: str, role: str) -> list[int]:
+def topic_partitions(client: MetadataClient, config: Config, topic: str, role: str) -> list[int]:
     """The partitions of ``topic`` (the ``role`` topic: "message", "dead-letter" …); a clear KafkaClientError when the
     broker does not answer within the connect timeout, a TopicError when the topic does not exist."""
     timeout_s = config.connect_timeout_ms / 1000

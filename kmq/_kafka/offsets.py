@@ -5,16 +5,25 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
+from kmq._kafka.settings import base_settings
+from kmq.config import Config
+from kmq.errors import KafkaClientError
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 COMMIT_ATTEMPTS = 3
+
+
+class Committer(Protocol):
+    def commit(self, message: Any = ..., offsets: Any = ..., asynchronous: bool = ...) -> Any: ...
 
 
 class CommitOutcome(enum.Enum):
@@ -45,7 +54,7 @@ def watermarks(consumer: KafkaConsumer, tp: TopicPartition, timeout_s: float, wh
         pause_s = min(pause_s * 2, 1.0)
 
 
-def commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str,
+def commit(consumer: Committer, offsets: Mapping[tuple[str, int], int], what: str,
            attempts: int = COMMIT_ATTEMPTS) -> CommitOutcome:
     """Commits ``offsets`` synchronously, retrying transient errors; FENCED when this member lost the partitions."""
     partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
@@ -66,3 +75,28 @@ def commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what
     return CommitOutcome.FAILED
 
 
+
+
+def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` has committed on ``topic``, per partition (none: an empty dict)."""
+    admin = AdminClient(base_settings(config, "kmq-admin"))
+    timeout_s = config.connect_timeout_ms / 1000
+    try:
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
+            timeout=timeout_s)
+    except KafkaException as exc:
+        raise to_kmq_error(exc, f"committed offsets of group {group!r}") from exc
+    except TimeoutError:
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s",
+                               retriable=True) from None
+    return {tp.partition: tp.offset for tp in result.topic_partitions or [] if tp.topic == topic and tp.offset >= 0}
+
+
+def group_members(config: Config, group: str) -> int | None:
+    """How many members ``group`` has now; None when the broker cannot say within the connect timeout."""
+    admin = AdminClient(base_settings(config, "kmq-admin"))
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=config.connect_timeout_ms / 1000)
+    except (KafkaException, TimeoutError):
+        return None
+    return len(described.members or [])

@@ -9,7 +9,6 @@ progress is an error. Used by ``kmq stats``, ``kmq inspect`` and the dead-letter
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -22,6 +21,7 @@ from kmq._kafka.offsets import watermarks
 from kmq._kafka.settings import consumer_settings
 from kmq.config import Config
 from kmq.errors import KafkaClientError
+from kmq.wire import private_group
 
 #: A replay with no record for this long, before its end offsets, fails.
 STALL_S = 30.0
@@ -54,7 +54,7 @@ class TopicReplay:
         self._progress = progress
         self._group = group
         self._consumer = KafkaConsumer(consumer_settings(
-            config.replace(client_id=""), group or f"kmq-replay-{uuid.uuid4().hex}", "kmq-replay"))
+            config.replace(client_id=""), group or private_group("replay"), "kmq-replay"))
         #: Partition → next offset to read; OFFSET_BEGINNING (the earliest kept record: offset 0 may be gone to
         #: retention) until a record of it was read.
         self._next: dict[int, int] = {}

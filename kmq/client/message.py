@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from kmq import otel
 from kmq.errors import MessageSettledError
-from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId
+from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
 
 
 class Settler(Protocol):
@@ -29,15 +29,20 @@ class Message:
     the redelivery tracker hands it to another consumer with ``delivery_count`` + 1.
     """
 
+    #: The bytes the producer sent.
     payload: bytes
+    #: The producer's headers (values as bytes), and kmq's time limit, due time and expiry when the send set them.
     headers: dict[str, bytes]
+    #: The queue it was received from.
     queue: str
+    #: Where this delivery's record sits on the messages topic (a redelivered copy has its own).
     message_id: MessageId
     #: How many times a handler has been given this message, this time included: 1 on first delivery. A message
     #: given back unprocessed (``give_back``, a consumer's close, a worker's shutdown) does not count.
     delivery_count: int
     #: The first delivery's id; equal to ``message_id`` on first delivery.
     first_message_id: MessageId
+    #: When the original was produced (ms since the epoch), on copies too.
     enqueued_at_ms: int
     _settler: Settler = field(repr=False)
     #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
@@ -48,7 +53,8 @@ class Message:
 
     @property
     def enqueued_at(self) -> datetime:
-        return datetime.fromtimestamp(self.enqueued_at_ms / 1000, UTC)
+        """When the original was produced (UTC)."""
+        return datetime_from_ms(self.enqueued_at_ms)
 
     @property
     def time_limit(self) -> float | None:
@@ -60,14 +66,16 @@ class Message:
     def deliver_at(self) -> datetime | None:
         """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
         raw = self.headers.get(HEADER_DELIVER_AT)
-        return datetime.fromtimestamp(int(raw) / 1000, UTC) if raw else None
+        return datetime_from_ms(int(raw)) if raw else None
 
     @property
     def redelivered(self) -> bool:
+        """True from the second delivery on (``delivery_count > 1``)."""
         return self.delivery_count > 1
 
     @property
     def settled(self) -> bool:
+        """True once acked, released, rejected, given back or purged."""
         return bool(self._settled_as)
 
     def ack(self) -> None:
@@ -80,7 +88,7 @@ class Message:
         """Gives the message back for redelivery, now or after ``delay`` seconds."""
         if delay < 0:
             raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
-        self._settler._release(self, round(delay * 1000))
+        self._settler._release(self, ms_from_seconds(delay))
         if self._span is not None:
             otel.settled(self._span, "release", delay_s=delay)
 

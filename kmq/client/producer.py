@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import TracebackType
@@ -48,16 +46,17 @@ def _seconds(name: str, value: object, *, positive: bool) -> float:
     return float(value)
 
 
-def due_time_ms(delay: float | None, deliver_at: datetime | None, now_ms: int) -> int | None:
-    """The ``kmq-deliver-at-ms`` of a send with ``delay`` (seconds) or ``deliver_at`` (an aware datetime)."""
+def due_time_ms(delay: float | None, deliver_at: datetime | None) -> int | None:
+    """The ``kmq-deliver-at-ms`` of a send with ``delay`` (seconds) or ``deliver_at`` (an aware datetime); rounded
+    up, so a due time is never before what was asked."""
     if delay is not None and deliver_at is not None:
         raise PayloadError("give delay or deliver_at, not both")
     if delay is not None:
-        return now_ms + round(_seconds("delay", delay, positive=False) * 1000)
+        return wire.ms_after(_seconds("delay", delay, positive=False))
     if deliver_at is not None:
         if not isinstance(deliver_at, datetime) or deliver_at.tzinfo is None:
             raise PayloadError(f"deliver_at must be a timezone-aware datetime, got {deliver_at!r}")
-        return round(deliver_at.timestamp() * 1000)
+        return wire.ms_from_datetime(deliver_at)
     return None
 
 
@@ -67,7 +66,7 @@ def option_headers(*, time_limit: float | None, deliver_at_ms: int | None,
     out: list[tuple[str, bytes]] = []
     if time_limit is not None:
         limit_s = _seconds("time_limit", time_limit, positive=True)
-        out.append((wire.HEADER_TIME_LIMIT, str(round(limit_s * 1000)).encode()))
+        out.append((wire.HEADER_TIME_LIMIT, str(wire.ms_from_seconds(limit_s)).encode()))
     if deliver_at_ms is not None:
         out.append((wire.HEADER_DELIVER_AT, str(deliver_at_ms).encode()))
     if expires_at_ms is not None:
@@ -115,6 +114,7 @@ class Producer:
 
     @property
     def queue(self) -> str:
+        """The queue this producer sends to."""
         return self._queue
 
     def send_async(self, payload: Payload, headers: HeadersIn = None,
@@ -151,10 +151,9 @@ class Producer:
         out = check_headers(headers)
         if time_limit is not None or delay is not None or deliver_at is not None or ttl is not None \
                 or self._default_ttl_ms:
-            now_ms = math.ceil(time.time() * 1000)  # rounded up: a due time is never before now + delay
-            ttl_ms = round(_seconds("ttl", ttl, positive=True) * 1000) if ttl is not None else self._default_ttl_ms
-            out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at, now_ms),
-                                  expires_at_ms=now_ms + ttl_ms if ttl_ms else None)
+            ttl_s = _seconds("ttl", ttl, positive=True) if ttl is not None else self._default_ttl_ms / 1000
+            out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
+                                  expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
         tracing = otel.tracer()
         span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
         return OutgoingRecord(data, out, span)

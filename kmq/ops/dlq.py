@@ -1,5 +1,9 @@
 """Dead letters: list a queue's messages on the dead-letter topic, and redrive them back onto the queue.
 
+A letter redriven is still on the topic (Kafka keeps records), but no longer waits: ``list_dead_letters`` shows the
+letters still waiting, as SQS's console shows a queue emptied by a redrive (``include_redriven`` shows all, each
+marked).
+
 Both read the dead-letter topic to its end offsets (never "until idle": see kmq._kafka.topic_replay). Redrive starts at
 the offsets committed in group ``kmq-dlq-redrive-<queue>`` and commits once the copies are durable, so each dead
 letter is redriven once; two redrives of one queue running at the same time may both redrive a letter. The redriven
@@ -8,12 +12,14 @@ copy starts again at delivery count 1 and keeps the first delivery's id, so the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
 
 from kmq import _kafka, wire
 from kmq._kafka import PolledProducer
+from kmq._kafka.offsets import group_offsets
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
 from kmq.errors import KafkaClientError
@@ -29,6 +35,15 @@ class DeadLetter:
     delivery_count: int
     first_message_id: str
     dlq_id: MessageId
+    #: Moved back onto the queue by an earlier ``redrive`` (it no longer waits on the dead-letter topic).
+    redriven: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        """For ``kmq dlq list --json``: the payload as text (UTF-8, undecodable bytes replaced)."""
+        return {"queue": self.queue, "dlq_id": str(self.dlq_id), "first_message_id": self.first_message_id,
+                "delivery_count": self.delivery_count, "reason": self.reason, "redriven": self.redriven,
+                "payload": self.payload.decode("utf-8", "replace"),
+                "headers": {k: v.decode("utf-8", "replace") for k, v in self.headers.items()}}
 
 
 Found = list[tuple[DeadLetter, TopicPartition]]
@@ -41,13 +56,11 @@ def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
         if record.key() != key:
             continue
         headers = _kafka.header_dict(record)
-        delivery = wire.DeliveryHeaders.parse(headers)
+        said = wire.DeadLetterHeaders.parse(headers)
         letter = DeadLetter(
-            queue=queue, payload=record.value() or b"",
-            headers={k: v for k, v in headers.items() if k not in wire.INTERNAL_HEADERS},
-            reason=headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace"),
-            delivery_count=delivery.delivery_count,
-            first_message_id=str(delivery.first_message_id or ""),
+            queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers), reason=said.reason,
+            delivery_count=said.delivery.delivery_count,
+            first_message_id=str(said.delivery.first_message_id or ""),
             dlq_id=_kafka.message_id(record))
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
@@ -56,15 +69,26 @@ def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
     return found
 
 
-def list_dead_letters(config: Config, queue: str, limit: int | None = 100) -> list[DeadLetter]:
-    """The queue's dead letters (oldest first, up to ``limit``), without consuming them."""
+def list_dead_letters(config: Config, queue: str, limit: int | None = 100, *,
+                      include_redriven: bool = False) -> list[DeadLetter]:
+    """The queue's dead letters still waiting (oldest first, up to ``limit``), without consuming them; with
+    ``include_redriven``, the redriven ones too (marked ``redriven``)."""
+    redriven_up_to = group_offsets(config, wire.redrive_group(queue), config.dlq_topic)
     with TopicReplay(config, config.dlq_topic) as replay:
-        return [letter for letter, _ in _read(replay, queue, limit)]
+        letters = []
+        for letter, _ in _read(replay, queue, None):
+            redriven = letter.dlq_id.offset < redriven_up_to.get(letter.dlq_id.partition, 0)
+            if redriven and not include_redriven:
+                continue
+            letters.append(dataclasses.replace(letter, redriven=redriven))
+            if limit is not None and len(letters) >= limit:
+                break
+        return letters
 
 
 def redrive(config: Config, queue: str, limit: int | None = None) -> int:
     """Moves the queue's dead letters not redriven before back onto the queue; returns how many were redriven."""
-    with TopicReplay(config, config.dlq_topic, group=f"kmq-dlq-redrive-{queue}") as replay:
+    with TopicReplay(config, config.dlq_topic, group=wire.redrive_group(queue)) as replay:
         found = _read(replay, queue, limit)
         if found:
             _put_back(config, queue, [letter for letter, _ in found])

@@ -1,29 +1,39 @@
-"""``kmq inspect``: one message's life, read from the three topics.
+"""``kmq inspect``: one message's life, read from the three topics and told as a story.
 
-From the message's first delivery id (its own id, or its first-id header) it finds every copy on the messages
-topic, every marker of every copy, and its dead letter, and tells them in time order: enqueued, each delivery
-(who: client id and host:pid; when; delivery count), keep-alives, releases and their reasons, redelivered copies,
-rejects, dead letters, and the state it is in now. It answers "which worker holds message X" and "why was it
-dead-lettered".
+A message is every record one ``send`` produced: the original on the messages topic and every copy of it (the
+tracker's redeliveries, a delayed message's hops, a redrive), linked by the first delivery's id. Its story, in
+causal order: enqueued; each delivery (to whom: client id and host:pid; with which delivery count) or a read before
+its due time; keep-alives; releases and give-backs; each copy with the act that made it (a redelivery after a
+deadline, a delayed message falling due, a redrive); the end (acked, dead-lettered with its reason, expired,
+purged); and its state now in the project's vocabulary (kmq.wire.vocabulary), with who holds it if it is in flight.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from confluent_kafka import Message as KafkaMessage
 
 from kmq import _kafka, wire
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
 from kmq.errors import KmqError, MarkerDecodeError
-from kmq.wire import MessageId
+from kmq.wire import MessageId, vocabulary
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import EndReason, Marker, MarkerType
+
+#: Order of events that share a millisecond: the way one act leads to the next.
+_CAUSAL_RANK = {"enqueued": 0, "copy": 1, "delivered": 2, "read_early": 2, "kept_alive": 3, "released": 4,
+                "returned": 4, "acked": 5, "dead_lettered": 5, "expired": 5, "purged": 5, "ended": 5}
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     at_ms: int
+    #: enqueued, copy (what made it: ``detail["because"]``), delivered, read_early, kept_alive, released, returned,
+    #: acked, dead_lettered, expired, purged, ended (a kafka-mq-go End).
     what: str
     message_id: str
     detail: dict[str, Any] = field(default_factory=dict)
@@ -33,8 +43,15 @@ class Event:
 class Life:
     queue: str
     first_message_id: str
-    state: str = "unknown"
+    payload_bytes: int = 0
+    #: The sender's headers (kmq's own are told as events or fields).
+    headers: dict[str, str] = field(default_factory=dict)
+    #: One of kmq.wire.vocabulary.STATES.
+    state: str = vocabulary.WAITING
+    #: The state in a sentence: "acked on delivery 2", "dead-lettered after 3 deliveries: …".
+    summary: str = ""
     holder: str = ""
+    deliveries: int = 0
     events: list[Event] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -43,90 +60,203 @@ class Life:
 
 def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
     """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of)."""
-    key = queue.encode()
-    copies: dict[MessageId, int] = {}  # every copy's id → when it was produced
-    first = message_id
-    records = list(_records(config, config.message_topic, key))
-    for record in records:
-        if _kafka.message_id(record) == message_id:
-            first = _kafka.first_id(record)
-    if not any(_kafka.message_id(r) == message_id for r in records):
-        raise KmqError(f"no record of queue {queue!r} at {config.message_topic}[{message_id}]")
-    for record in records:
-        if _kafka.first_id(record) == first:
-            copies[_kafka.message_id(record)] = _kafka.record_timestamp_ms(record)
-    life = Life(queue, str(first))
-    for mid, at_ms in copies.items():
-        life.events.append(Event(at_ms, "enqueued" if mid == first else "copy_produced", str(mid)))
-    open_starts: dict[MessageId, Marker] = {}
-    ended_as: dict[MessageId, str] = {}
-    for record in _records(config, config.marker_topic, key):
+    records, owner = _queue_records(config, queue, message_id)
+    if owner is None:
+        raise KmqError(f"no record at {config.message_topic}[{message_id}]: kmq inspect takes PARTITION:OFFSET of "
+                       "a record on the messages topic")
+    if owner != queue:
+        raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
+                       f"kmq inspect {owner} {message_id}")
+    first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
+    copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
+    original = copies.get(first) or next(iter(copies.values()))
+    life = Life(queue, str(first), len(original.value() or b""),
+                {k: v.decode("utf-8", "replace") for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
+    story = _Story(life, copies, first)
+    for record in _records(config, config.marker_topic, queue.encode()):
         try:
             markers = decode_record(record.value())
         except MarkerDecodeError:
             continue
-        at_ms = _kafka.record_timestamp_ms(record)
         for marker in markers:
             if marker.message_id in copies:
-                event = _event(marker, at_ms)
-                life.events.append(event)
-                if marker.type is MarkerType.START:
-                    open_starts[marker.message_id] = marker
-                elif marker.type is MarkerType.END:
-                    open_starts.pop(marker.message_id, None)
-                    ended_as[marker.message_id] = event.what
-    for record in _records(config, config.dlq_topic, key):
-        headers = _kafka.header_dict(record)
-        if wire.DeliveryHeaders.parse(headers).first_message_id == first:
-            life.events.append(Event(_kafka.record_timestamp_ms(record), "dead_letter_written",
-                                     str(_kafka.message_id(record)),
-                                     {"reason": headers.get(wire.HEADER_DLQ_REASON, b"").decode(errors="replace")}))
-    life.events.sort(key=lambda e: e.at_ms)
-    life.state, life.holder = _state(copies, open_starts, ended_as)
-    return life
+                story.marker(marker, _kafka.record_timestamp_ms(record))
+    for record in _records(config, config.dlq_topic, queue.encode()):
+        said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
+        if said.delivery.first_message_id == first:
+            story.dead_letter(_kafka.record_timestamp_ms(record), str(_kafka.message_id(record)), said)
+    return story.told()
 
 
-def _records(config: Config, topic: str, key: bytes) -> Any:
-    replay = TopicReplay(config, topic)
-    try:
+class _Story:
+    """Folds a message's records into its events, merging the acts that several records tell (a copy and the End
+    that says why it was made; a dead letter and its End; a read before the due time and its hop)."""
+
+    def __init__(self, life: Life, copies: dict[MessageId, KafkaMessage], first: MessageId) -> None:
+        self._life = life
+        self._first = first
+        self._copies = {mid: _kafka.record_timestamp_ms(r) for mid, r in copies.items()}
+        self._open: dict[MessageId, Marker] = {}
+        self._ended: dict[MessageId, Event] = {}
+        #: Ends(REDELIVERED) already matched to the copy they made.
+        self._matched: set[MessageId] = set()
+        self._dead: Event | None = None
+        self._events: list[Event] = [Event(at, "enqueued", str(mid)) for mid, at in self._copies.items()
+                                     if mid == first]
+
+    def marker(self, marker: Marker, at_ms: int) -> None:
+        mid = marker.message_id
+        if marker.type is MarkerType.START:
+            self._open[mid] = marker
+            self._events.append(Event(at_ms, "delivered", str(mid),
+                                      {"to": _who(marker), "delivery_count": marker.delivery_count or 1}))
+        elif marker.type is MarkerType.KEEPALIVE:
+            self._keep_alive(marker, at_ms)
+        else:
+            self._open.pop(mid, None)
+            self._end(marker, at_ms)
+
+    def _keep_alive(self, marker: Marker, at_ms: int) -> None:
+        mid = str(marker.message_id)
+        if marker.reason == wire.DELAY_REASON:  # a hop, not a delivery: its Start was a read before the due time
+            for i in range(len(self._events) - 1, -1, -1):
+                if self._events[i].what == "delivered" and self._events[i].message_id == mid:
+                    self._events[i] = Event(self._events[i].at_ms, "read_early", mid,
+                                            {"due_in_ms": marker.redeliver_after_ms, "by": _who(marker)})
+                    break
+            return
+        if marker.reason in (wire.RELEASE_REASON, wire.RETURN_REASON):
+            self._events.append(Event(at_ms, marker.reason, mid,
+                                      {"by": _who(marker), "delay_ms": marker.redeliver_after_ms}))
+        else:
+            self._events.append(Event(at_ms, "kept_alive", mid, {"by": _who(marker)}))
+
+    def _end(self, marker: Marker, at_ms: int) -> None:
+        mid = str(marker.message_id)
+        detail: dict[str, Any] = {"by": _who(marker)}
+        if marker.reason:
+            detail["reason"] = marker.reason
+        reason = marker.end_reason
+        if reason is EndReason.REDELIVERED:
+            self._ended[marker.message_id] = Event(at_ms, "copy", mid, detail)
+            return
+        if reason is EndReason.ACKED and not marker.client_id and not marker.instance_id:
+            what = "ended"  # a kafka-mq-go End: an ack, or a copy by a Go tracker (it says neither)
+        elif reason is EndReason.ACKED:
+            what = "acked"
+        elif marker.reason == wire.EXPIRED_REASON:
+            what = "expired"
+        elif marker.reason == wire.PURGED_REASON:
+            what = "purged"
+        else:
+            what = "dead_lettered"
+        self._ended[marker.message_id] = Event(at_ms, what, mid, detail)
+
+    def dead_letter(self, at_ms: int, dlq_id: str, said: wire.DeadLetterHeaders) -> None:
+        self._dead = Event(at_ms, "dead_letter", dlq_id, {"reason": said.reason,
+                                                          "delivery_count": said.delivery.delivery_count})
+
+    def told(self) -> Life:
+        life = self._life
+        events = self._events + self._copy_events() + self._end_events()
+        events.sort(key=lambda e: (e.at_ms, _CAUSAL_RANK.get(e.what, 9)))
+        life.events = events
+        life.deliveries = sum(e.what == "delivered" for e in events)
+        life.state, life.summary, life.holder = self._state(events)
+        return life
+
+    def _copy_events(self) -> list[Event]:
+        """Each copy at the time it was made, with why: the End of the delivery it replaces says (a tracker writes
+        the End once the copy is durable, so the End comes after, sometimes after the copy's own delivery)."""
+        out = []
+        for mid, at_ms in sorted(self._copies.items(), key=lambda item: item[1]):
+            if mid == self._first:
+                continue
+            made_by = self._replaced_by(at_ms)
+            detail = {"because": made_by, "copy_of": str(self._first)}
+            out.append(Event(at_ms, "copy", str(mid), detail))
+        return out
+
+    def _replaced_by(self, copy_at_ms: int) -> str:
+        """Why the copy made at ``copy_at_ms`` exists: the nearest End(REDELIVERED) whose delivery was released,
+        read early, or went silent; else a redrive (no End asks for it)."""
+        candidates = [(mid, e) for mid, e in self._ended.items() if e.what == "copy" and mid not in self._matched]
+        if not candidates:
+            return "redrive"
+        mid, _end = min(candidates, key=lambda item: abs(item[1].at_ms - copy_at_ms))
+        self._matched.add(mid)
+        released = any(e.what == "released" and e.message_id == str(mid) for e in self._events)
+        early = any(e.what == "read_early" and e.message_id == str(mid) for e in self._events)
+        returned = any(e.what == "returned" and e.message_id == str(mid) for e in self._events)
+        if early:
+            return "due"
+        if returned:
+            return "given back"
+        return "released" if released else "deadline passed (worker silent)"
+
+    def _end_events(self) -> list[Event]:
+        out = [e for e in self._ended.values() if e.what != "copy"]
+        if self._dead is not None:
+            # One act: the dead letter and the End that follows it.
+            ended = next((e for e in out if e.what in ("dead_lettered", "expired")), None)
+            if ended is not None:
+                out.remove(ended)
+                ended.detail.update(self._dead.detail, dead_letter=self._dead.message_id)
+                out.append(Event(self._dead.at_ms, ended.what, ended.message_id, ended.detail))
+            else:  # the End not written yet (or lost): the letter alone says it
+                out.append(Event(self._dead.at_ms, "dead_lettered", self._dead.message_id, self._dead.detail))
+        return out
+
+    def _state(self, events: list[Event]) -> tuple[str, str, str]:
+        deliveries = sum(e.what == "delivered" for e in events)
+        for event in reversed(events):
+            if event.what == "acked":
+                return vocabulary.ACKED, f"acked on delivery {deliveries}", ""
+            if event.what == "dead_lettered":
+                reason = event.detail.get("reason", "")
+                return (vocabulary.DEAD_LETTERED,
+                        f"dead-lettered after {_plural(deliveries, 'delivery', 'deliveries')}"
+                        + (f": {reason}" if reason else ""), "")
+            if event.what == "expired":
+                return vocabulary.EXPIRED, "expired before a handler got it", ""
+            if event.what == "purged":
+                return vocabulary.PURGED, f"purged after {_plural(deliveries, 'delivery', 'deliveries')}", ""
+        if self._open:
+            mid, start = max(self._open.items(), key=lambda item: item[1].delivery_count or 1)
+            if any(e.what == "read_early" and e.message_id == str(mid) for e in events):
+                return vocabulary.DELAYED, "waiting for its due time", ""
+            return (vocabulary.IN_FLIGHT, f"in flight as {mid}, delivery {start.delivery_count or 1}",
+                    _who(start))
+        unstarted = [mid for mid in self._copies if mid not in {MessageId.parse(e.message_id) for e in events
+                                                                 if e.what in ("delivered", "read_early")}]
+        if unstarted:
+            return vocabulary.WAITING, f"waiting on the messages topic as {unstarted[-1]}", ""
+        return vocabulary.WAITING, "ended by a kafka-mq-go component; no copy seen yet", ""
+
+
+def _queue_records(config: Config, queue: str, message_id: MessageId) -> tuple[list[KafkaMessage], str | None]:
+    """The queue's records on the messages topic, and the queue whose record sits at ``message_id`` (None: none)."""
+    key = queue.encode()
+    mine: list[KafkaMessage] = []
+    owner = None
+    for record in _records(config, config.message_topic, None):
+        if _kafka.message_id(record) == message_id:
+            owner = (record.key() or b"").decode("utf-8", "replace")
+        if record.key() == key:
+            mine.append(record)
+    return mine, owner
+
+
+def _records(config: Config, topic: str, key: bytes | None) -> Iterator[KafkaMessage]:
+    with TopicReplay(config, topic) as replay:
         for record in replay.records():
-            if record.key() == key:
+            if key is None or record.key() == key:
                 yield record
-    finally:
-        replay.close()
 
 
 def _who(marker: Marker) -> str:
     return " ".join(p for p in (marker.client_id, marker.instance_id) if p) or "a kafka-mq-go component"
 
 
-def _event(marker: Marker, at_ms: int) -> Event:
-    mid = str(marker.message_id)
-    if marker.type is MarkerType.START:
-        return Event(at_ms, "delivered", mid, {"to": _who(marker), "delivery_count": marker.delivery_count or 1})
-    if marker.type is MarkerType.KEEPALIVE:
-        if marker.reason:
-            return Event(at_ms, marker.reason, mid, {"by": _who(marker), "delay_ms": marker.redeliver_after_ms})
-        return Event(at_ms, "kept_alive", mid, {"by": _who(marker)})
-    what = {EndReason.ACKED: "acked", EndReason.REJECTED: "rejected", EndReason.REDELIVERED: "redelivered",
-            EndReason.DEAD_LETTERED: "dead_lettered"}[marker.end_reason]
-    if what == "rejected" and marker.reason == wire.EXPIRED_REASON:
-        what = "expired"
-    detail: dict[str, Any] = {"by": _who(marker)}
-    if marker.reason:
-        detail["reason"] = marker.reason
-    return Event(at_ms, what, mid, detail)
-
-
-def _state(copies: dict[MessageId, int], open_starts: dict[MessageId, Marker],
-           ended_as: dict[MessageId, str]) -> tuple[str, str]:
-    final = {"acked", "rejected", "dead_lettered", "expired"}
-    for outcome in ended_as.values():
-        if outcome in final:
-            return outcome, ""
-    if open_starts:
-        start = max(open_starts.values(), key=lambda m: m.delivery_count)
-        return "in_flight", _who(start)
-    if any(mid not in ended_as for mid in copies):
-        return "waiting", ""
-    return "ended", ""
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"

@@ -8,7 +8,6 @@ progress is an error, never a silently partial answer.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import structlog
@@ -61,7 +60,7 @@ class CommittedOffsets:
     def of(self, queue: str) -> dict[int, int]:
         known = self._by_queue.get(queue)
         if known is None:
-            group = wire.consumer_group(queue)
+            group = self._config.consumer_group(queue)
             futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
             result = futures[group].result(timeout=self._config.connect_timeout_ms / 1000)
             known = {tp.partition: tp.offset for tp in result.topic_partitions or []
@@ -144,7 +143,7 @@ def collect(config: Config, queues: list[str] | None = None, progress: Progress 
     finally:
         scanner.close()
     waiting = waiting_messages(config, set(queues) if queues else None, progress)
-    now_ms = time.time() * 1000
+    now_ms = wire.now_ms()
 
     def age(oldest_ms: int) -> float:
         return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0

@@ -17,6 +17,7 @@ from kmq._kafka.topics import check_topics
 from kmq.config import Config
 from kmq.errors import KafkaClientError, KmqError
 from kmq.metrics_http import serve
+from kmq.redelivery.metrics import TrackerMetrics
 from kmq.redelivery.tracker import RedeliveryTracker
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -54,14 +55,22 @@ def run(config: Config) -> int:
     tracker: RedeliveryTracker | None = None
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if not wait_for_topics(config, stop):
-        return EXIT_OK
-    tracker = RedeliveryTracker(config)
-    if stop.is_set():
-        tracker.stop()
-    if config.metrics_port:
-        serve(tracker.metrics.registry, config.metrics_host, config.metrics_port, tracker.health)
-    tracker.run()
+    metrics = TrackerMetrics()
+    server = None
+    if config.metrics_port:  # bound first: a port in use fails at once, before the tracker joins its group
+        server = serve(metrics.registry, config.metrics_host, config.metrics_port,
+                       lambda: tracker.health() if tracker is not None else "starting")
+    try:
+        if not wait_for_topics(config, stop):
+            return EXIT_OK
+        tracker = RedeliveryTracker(config, metrics=metrics)
+        if stop.is_set():
+            tracker.stop()
+        tracker.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     return EXIT_OK
 
 

@@ -17,7 +17,7 @@ import structlog
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError
 from confluent_kafka import Message as KafkaMessage
 
-from kmq._kafka import PolledProducer
+from kmq._kafka.factory import ProducerClient
 from kmq._util import take_all
 from kmq.errors import KmqError
 from kmq.wire import CLOCK_PROBE_KEY
@@ -30,7 +30,7 @@ class ClockProbes:
     """Sends probes from the tracker's loop; their answers (partition, broker time ms, monotonic time learnt)
     come back on the producer's thread and are collected by the loop."""
 
-    def __init__(self, producer: PolledProducer, topic: str, client_id: str,
+    def __init__(self, producer: ProducerClient, topic: str, client_id: str,
                  monotonic: Callable[[], float]) -> None:
         self._producer = producer
         self._topic = topic

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -25,3 +28,44 @@ class TrackerMetrics:
                                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10), registry=r)
         self.consumer_lag = Gauge("kmq_markers_consumer_lag", "Markers not yet read, per partition",
                                   ["partition"], registry=r)
+
+
+#: How often the per-queue gauges are refreshed (a scan of the in-flight state).
+PUBLISH_INTERVAL_S = 5.0
+
+
+class QueueFigures(Protocol):
+    def per_queue(self) -> dict[str, tuple[int, int]]: ...
+    def items(self) -> list[tuple[int, Any]]: ...
+
+
+class StatePublisher:
+    """Refreshes the state gauges (in flight and oldest age per queue, consumer lag per partition) every
+    PUBLISH_INTERVAL_S; only a tracker with a metrics endpoint runs one (the scan costs time)."""
+
+    def __init__(self, metrics: TrackerMetrics, monotonic: Callable[[], float]) -> None:
+        self._metrics = metrics
+        self._monotonic = monotonic
+        self._last = -PUBLISH_INTERVAL_S
+        self._queues: set[str] = set()
+
+    def maybe_publish(self, owned: QueueFigures, lag_of: Callable[[int], int | None]) -> None:
+        now = self._monotonic()
+        if now - self._last < PUBLISH_INTERVAL_S:
+            return
+        self._last = now
+        m = self._metrics
+        clock_ms = max((part.clock.now_ms() or 0 for _p, part in owned.items()), default=0)
+        queues = owned.per_queue()
+        for queue in self._queues - queues.keys():  # drained, or its partition moved: not stale figures
+            m.in_flight.labels(queue).set(0)
+            m.oldest_age.labels(queue).set(0)
+        for queue, (count, oldest_ms) in queues.items():
+            m.in_flight.labels(queue).set(count)
+            m.oldest_age.labels(queue).set(max(0, clock_ms - oldest_ms) / 1000)
+        self._queues = set(queues)
+        m.consumer_lag.clear()
+        for p, _part in owned.items():
+            lag = lag_of(p)
+            if lag is not None:
+                m.consumer_lag.labels(str(p)).set(lag)

@@ -28,7 +28,6 @@ from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 RETRY_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
-TRACKER_CLIENT_ID = "kmq-redelivery-tracker"
 
 
 class Step(enum.Enum):
@@ -61,8 +60,11 @@ class Redeliverer:
     """Runs attempts through their steps; ``poll()`` from the tracker's loop thread, completions from any."""
 
     def __init__(self, config: Config, sender: MarkerProducer, markers: MarkerProducer,
-                 monotonic: Callable[[], float], on_copied: Callable[[Attempt], None]) -> None:
+                 monotonic: Callable[[], float], on_copied: Callable[[Attempt], None],
+                 client_id: str = wire.TRACKER_CLIENT_ID) -> None:
         self._config = config
+        #: Written into the tracker's Ends: the same id as its clients and clock probes.
+        self._client_id = client_id
         self._sender = sender
         self._markers = markers
         self._monotonic = monotonic
@@ -101,29 +103,26 @@ class Redeliverer:
         item = attempt.item
         topic = self._config.dlq_topic if attempt.dead_letter else self._config.message_topic
         producer = self._markers if attempt.dead_letter else self._sender  # DLQ keyed by queue, like markers
-        headers = [*item.headers, *self._headers(attempt)]
+        delivery = wire.DeliveryHeaders(attempt.delivery_count, item.first_id,
+                                        item.enqueued_at_ms or item.start_timestamp_ms)
+        if attempt.dead_letter:
+            headers = wire.DeadLetterHeaders(wire.max_deliveries_reason(self._config.max_deliveries), item.key,
+                                             delivery).encode(item.headers)
+        else:
+            headers = [*item.headers, *delivery.encode()]
         self._produce(producer, topic, item.value, item.key, [attempt], headers=headers)
         if item.headers and attempt.failures == 0:  # the producer's trace shows the copy (kmq.otel), once
             otel.redelivered(item.headers, item.queue, topic, item.message_id, attempt.delivery_count,
                              attempt.dead_letter)
-
-    def _headers(self, attempt: Attempt) -> list[tuple[str, bytes]]:
-        item = attempt.item
-        headers = wire.DeliveryHeaders(attempt.delivery_count, item.first_id,
-                                       item.enqueued_at_ms or item.start_timestamp_ms).encode()
-        if attempt.dead_letter:
-            reason = f"max deliveries ({self._config.max_deliveries}) reached"
-            headers += [(wire.HEADER_DLQ_REASON, reason.encode()), (wire.HEADER_DLQ_QUEUE, item.key)]
-        return headers
 
     # END
 
     def _end_marker(self, attempt: Attempt) -> Marker:
         if attempt.purged:
             return Marker(MarkerType.END, attempt.item.message_id, end_reason=EndReason.REJECTED,
-                          reason=wire.PURGED_REASON, client_id=TRACKER_CLIENT_ID)
+                          reason=wire.PURGED_REASON, client_id=self._client_id)
         reason = EndReason.DEAD_LETTERED if attempt.dead_letter else EndReason.REDELIVERED
-        return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=TRACKER_CLIENT_ID)
+        return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=self._client_id)
 
     def _write_ends(self) -> None:
         ends, self._ends = self._ends, []
@@ -137,7 +136,7 @@ class Redeliverer:
             by_key[attempt.item.key].append(attempt)
         for key, attempts in by_key.items():
             value = encode_settles(key, 0, others=[self._end_marker(a) for a in attempts],
-                                   client_id=TRACKER_CLIENT_ID)
+                                   client_id=self._client_id)
             self._produce(self._markers, self._config.marker_topic, value, key, attempts)
 
     # completions and retries

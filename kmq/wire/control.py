@@ -1,7 +1,9 @@
 """The control topic's records: pause/resume and purge, keyed per queue, and their fold into ControlState.
 
-Records are keyed ``pause/<queue>`` (value: JSON ``{"until_ms": …}``; a tombstone resumes) and
-``purge/<queue>`` (value: JSON ``{"before_ms": …}``; a later purge with an earlier time changes nothing).
+Records are keyed ``pause/<queue>`` (value: JSON ``{"until_ms": …}``; a tombstone resumes),
+``purge/<queue>`` (value: JSON ``{"before_ms": …}``; a later purge with an earlier time changes nothing), and, for
+consumers with a stable ``client_id``, ``claim/<client_id>`` (a consumer starting with it: ``{"instance": …}``) and
+``alive/<client_id>`` (the instance that holds it answering a later claim: ``{"instance": …, "claim": offset}``).
 Pure: no Kafka imports (kmq._kafka.control reads and writes the topic).
 """
 
@@ -14,12 +16,30 @@ import structlog
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-PAUSE, PURGE = "pause/", "purge/"
+PAUSE, PURGE, CLAIM, ALIVE = "pause/", "purge/", "claim/", "alive/"
 
 
 def control_topic(message_topic: str) -> str:
     """The control topic that belongs to a messages topic."""
     return f"{message_topic}.control"
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRecord:
+    """A claim of a client_id, or an answer to one, and where it sits on the control topic."""
+
+    instance_id: str
+    offset: int
+    #: An answer's: the offset of the claim it answers.
+    claim_offset: int = -1
+
+
+def identity_record(key: str, instance_id: str, claim_offset: int | None = None) -> tuple[bytes, bytes]:
+    """The key and value of a ``claim/<client_id>`` (``key`` = CLAIM + id) or ``alive/<client_id>`` record."""
+    value: dict[str, object] = {"instance": instance_id}
+    if claim_offset is not None:
+        value["claim"] = claim_offset
+    return key.encode(), json.dumps(value).encode()
 
 
 @dataclass(slots=True)
@@ -30,9 +50,13 @@ class ControlState:
     paused_until: dict[str, int | None] = field(default_factory=dict)
     #: queue → messages enqueued before this time (ms) are purged.
     purged_before: dict[str, int] = field(default_factory=dict)
+    #: client_id → its newest claim (a consumer starting with it).
+    claims: dict[str, IdentityRecord] = field(default_factory=dict)
+    #: client_id → the newest answer of an instance that holds it to a later claim.
+    alive: dict[str, IdentityRecord] = field(default_factory=dict)
 
-    def apply(self, key: bytes, value: bytes | None) -> None:
-        """Folds one control record; a malformed one is logged and skipped."""
+    def apply(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
+        """Folds one control record (at ``offset`` of the control topic); a malformed one is logged and skipped."""
         text = key.decode("utf-8", "replace")
         try:
             data = json.loads(value) if value is not None else None
@@ -46,6 +70,10 @@ class ControlState:
             elif text.startswith(PURGE) and data is not None:
                 queue = text[len(PURGE):]
                 self.purged_before[queue] = max(self.purged_before.get(queue, 0), int(data["before_ms"]))
+            elif text.startswith(CLAIM) and data is not None:
+                self.claims[text[len(CLAIM):]] = IdentityRecord(str(data["instance"]), offset)
+            elif text.startswith(ALIVE) and data is not None:
+                self.alive[text[len(ALIVE):]] = IdentityRecord(str(data["instance"]), offset, int(data["claim"]))
             else:
                 raise ValueError("unknown key")
         except (ValueError, KeyError, TypeError, AttributeError) as err:

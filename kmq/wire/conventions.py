@@ -6,13 +6,17 @@ component) is named here. Pure: no Kafka imports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from kmq.errors import InvalidQueueNameError
 
 __all__ = [
     "CLOCK_PROBE_KEY",
+    "CONSUMER_GROUP_PREFIX",
     "DELAY_REASON",
     "EXPIRED_REASON",
     "HEADER_DELIVERY_COUNT",
@@ -26,14 +30,26 @@ __all__ = [
     "INTERNAL_HEADERS",
     "MAX_QUEUE_NAME_LENGTH",
     "PURGED_REASON",
+    "REJECTED_REASON",
     "RELEASE_REASON",
     "RESERVED_HEADER_PREFIX",
     "RETURN_REASON",
+    "TRACKER_CLIENT_ID",
     "TRACKER_GROUP",
     "UNCOUNTED_REASONS",
+    "DeadLetterHeaders",
     "DeliveryHeaders",
     "MessageId",
     "consumer_group",
+    "datetime_from_ms",
+    "max_deliveries_reason",
+    "ms_after",
+    "ms_from_datetime",
+    "ms_from_seconds",
+    "now_ms",
+    "private_group",
+    "redrive_group",
+    "user_headers",
     "validate_queue_name",
 ]
 
@@ -42,7 +58,9 @@ class MessageId(NamedTuple):
     """Where a record sits on the messages topic: (partition, offset). A tuple, so hashing and comparing it (once
     per message in the consumer's in-flight table and the tracker's state) run in C."""
 
+    #: The messages-topic partition.
     partition: int
+    #: The record's offset in that partition.
     offset: int
 
     def __str__(self) -> str:
@@ -50,6 +68,7 @@ class MessageId(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> MessageId:
+        """The id written ``PARTITION:OFFSET`` (as ``str()`` gives it and ``kmq inspect`` takes it)."""
         partition, _, offset = text.partition(":")
         return cls(int(partition), int(offset))
 
@@ -139,6 +158,40 @@ EXPIRED_REASON = "expired"
 PURGED_REASON = "purged"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
+#: The dead-letter reason of a ``reject()`` that gave none.
+REJECTED_REASON = "rejected"
+
+
+def max_deliveries_reason(max_deliveries: int) -> str:
+    """The dead-letter reason the tracker gives a message whose worker went silent ``max_deliveries`` times."""
+    return f"max deliveries ({max_deliveries}) reached"
+
+
+# --- dead letters ------------------------------------------------------------------------------------------------
+
+
+class DeadLetterHeaders(NamedTuple):
+    """What a dead letter says about itself beyond the original's payload and user headers."""
+
+    reason: str
+    #: The queue it came from (the original's record key).
+    queue_key: bytes
+    delivery: DeliveryHeaders
+
+    def encode(self, user_headers: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """The dead letter's headers: the original's user headers, its delivery triple, the reason and the queue."""
+        return [*user_headers, *self.delivery.encode(),
+                (HEADER_DLQ_REASON, (self.reason or REJECTED_REASON).encode()), (HEADER_DLQ_QUEUE, self.queue_key)]
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, bytes]) -> DeadLetterHeaders:
+        return cls(headers.get(HEADER_DLQ_REASON, b"").decode(errors="replace"),
+                   headers.get(HEADER_DLQ_QUEUE, b""), DeliveryHeaders.parse(headers))
+
+
+def user_headers(headers: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The headers a sender gave, without kmq's internal ones."""
+    return {k: v for k, v in headers.items() if k not in INTERNAL_HEADERS}
 
 # --- markers-topic record keys -------------------------------------------------------------------------------
 
@@ -152,6 +205,59 @@ CLOCK_PROBE_KEY = b"kmq-clock-probe"
 TRACKER_GROUP = "kafka-mq-redelivery"
 
 
-def consumer_group(queue: str) -> str:
-    """kafka-mq-go's group name, so Go and Python consumers of one queue share a group."""
-    return f"kafka-mq-{queue}"
+#: kafka-mq-go's consumer group prefix: with it, Go and Python consumers of one queue share a group.
+CONSUMER_GROUP_PREFIX = "kafka-mq-"
+
+
+def consumer_group(queue: str, prefix: str = CONSUMER_GROUP_PREFIX) -> str:
+    """A queue's consumer group: ``kafka-mq-<queue>`` (kafka-mq-go's), or another prefix's (``consumer_group_prefix``:
+    two deployments on one cluster that use the same queue names need different groups)."""
+    return f"{prefix}{queue}"
+
+
+def redrive_group(queue: str) -> str:
+    """The group whose committed offsets record how far ``kmq dlq redrive`` has moved a queue's dead letters."""
+    return f"kmq-dlq-redrive-{queue}"
+
+
+def private_group(purpose: str) -> str:
+    """A group of one reader that only assigns partitions (a replay, a control follower): never shared."""
+    return f"kmq-{purpose}-{uuid.uuid4().hex}"
+
+
+#: The client id a tracker's clients, clock probes and Ends carry unless configured otherwise.
+TRACKER_CLIENT_ID = "kmq-redelivery-tracker"
+
+# --- time: on the wire, a moment is integer milliseconds since the epoch (UTC) -------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def now_ms() -> int:
+    """The wall clock now, in ms since the epoch, rounded down (a reading never ahead of the clock): for "is it
+    due yet" and ages."""
+    return time.time_ns() // 1_000_000
+
+
+def ms_from_datetime(moment: datetime) -> int:
+    """An aware datetime in ms since the epoch, rounded up: a due time, a pause's end or a purge's line given as
+    ``moment`` never takes effect before it. Exact (no float): 4.017 s is 4017 ms."""
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise ValueError(f"needs a timezone-aware datetime, got {moment!r}")
+    return -(-((moment - _EPOCH) // _US) // 1000)
+
+
+def ms_after(seconds: float) -> int:
+    """The moment ``seconds`` from now, in ms since the epoch, rounded up (a due time or an expiry: never early)."""
+    return -(-(time.time_ns() + round(seconds * 1e9)) // 1_000_000)
+
+
+def ms_from_seconds(seconds: float) -> int:
+    """A duration in seconds as whole milliseconds (a delay, a TTL, a time limit), rounded to the nearest."""
+    return round(seconds * 1000)
+
+
+def datetime_from_ms(ms: int) -> datetime:
+    """Milliseconds since the epoch as an aware UTC datetime (exact)."""
+    return _EPOCH + timedelta(milliseconds=ms)

@@ -1,5 +1,5 @@
 """One vocabulary of message states and counters, spelled once and spoken by every tool: the worker's summary,
-``kmq stats``, ``kmq dlq``, ``kmq inspect`` and the Spark audit (README: "States and counters").
+``kmq stats``, ``kmq dlq``, ``kmq inspect`` and the Spark audit (docs/concepts/states.md renders this module).
 
 A *message* is everything one ``send`` produced: the original record and every copy the tracker or a redrive made
 of it, folded together by the first delivery's id. At any moment a message is in exactly one **state**; the

@@ -25,6 +25,7 @@ from kmq.errors import KmqError, Reject, TimeLimitExceeded
 from kmq.wire import MessageId
 from kmq.worker.time_limit import TimeLimits
 
+#: A handler: called with each Message; what it returns is ignored (returning acks the message).
 Handler = Callable[[Message], object]
 OutcomeKind = Literal["returned", "rejected", "failed", "timed_out"]
 #: A settle a handler asked for in a child process: ("ack" | "release" | "reject" | "give_back", its argument).
@@ -54,6 +55,10 @@ def load_handler(spec: str) -> Handler:
     except Exception as err:
         raise KmqError(f"cannot import handler module {module_name!r}: {type(err).__name__}: {err}") from err
     handler = getattr(module, attr, None)
+    from kmq.worker.worker import Worker  # here: worker.py imports this module
+
+    if isinstance(handler, Worker):  # a function decorated with @queue.worker: its handler
+        return handler.handler
     if not callable(handler):
         raise KmqError(f"{module_name!r} has no callable {attr!r}")
     return handler  # type: ignore[no-any-return]

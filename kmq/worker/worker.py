@@ -29,7 +29,7 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
 from kmq.metrics_http import BrokerProbe, serve
-from kmq.wire import HEADER_DELIVER_AT, validate_queue_name
+from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
 from kmq.worker.async_runner import AsyncServe, call_async, is_coroutine_handler
 from kmq.worker.dispatch import Dispatcher
 from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner, load_handler
@@ -59,15 +59,24 @@ class Worker:
     """
 
     config: Config
+    #: The queues to serve, one consumer each.
     queues: Sequence[str]
+    #: Called with each Message: return → ack, ``Reject`` → dead letter, an exception → retry with backoff.
     handler: Handler
+    #: Handler threads (or child processes with ``processes``).
     concurrency: int = 1
+    #: Run the handler in child processes (CPU-bound work); needs ``handler_spec``.
     processes: bool = False
+    #: ``MODULE:FUNCTION`` of the handler, for the child processes to import.
     handler_spec: str = ""
     backoff: Backoff = field(default_factory=Backoff)
+    #: On SIGTERM/SIGINT or ``stop()``, how long running handlers get to finish.
     drain_timeout_s: float = 30.0
+    #: Then how long each consumer gets to write its last markers and leave its group.
     close_timeout_s: float = 10.0
+    #: A handler run longer than this is stopped and its message released (None: no limit).
     time_limit_s: float | None = None
+    #: What was done so far: acked, released, rejected, dead_lettered, … (``run()`` returns it too).
     counts: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -91,9 +100,19 @@ class Worker:
         self._stop = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._windows: dict[str, PrefetchWindow] = {}
+        #: The first consumer failure (a fatal Kafka error: a fenced client_id): ``run()`` raises it at the end.
+        self._failure: KmqError | None = None
+        self._consumers: list[Consumer] = []
+
+    def __call__(self, message: Message) -> object:
+        """Runs the handler on ``message`` (a decorated function stays callable, e.g. in a unit test)."""
+        return self.handler(message)
 
     def stop(self) -> None:
+        """Starts the drain, as SIGTERM does; ``run()`` returns once it is done. Safe from any thread."""
         self._stop.set()
+        for consumer in self._consumers:
+            consumer.stop_taking()
         if self._dispatcher is not None:
             self._dispatcher.stop()
 
@@ -106,10 +125,18 @@ class Worker:
 
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire redeliveries.
-        check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
-        consumers = self._open_consumers()
-        server = self._serve_metrics(consumers[0]) if self.config.metrics_port else None
+        # Bound first: a port in use fails in one line before this worker joins any group.
+        server = self._serve_metrics() if self.config.metrics_port else None
+        try:
+            # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
+            # redeliveries.
+            check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
+            self._consumers = consumers = self._open_consumers()
+        except BaseException:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            raise
         time_limits = None if self.coroutines else TimeLimits(self._time_limit_expired)
         runners = [] if time_limits is None else [
             ProcessRunner(self.handler_spec, self._stop) if self.processes else ThreadRunner(self.handler, time_limits)
@@ -148,6 +175,8 @@ class Worker:
                 server.shutdown()
                 server.server_close()
         log.info("worker_stopped", **dict(self.counts))
+        if self._failure is not None:
+            raise self._failure
         if undelivered:
             raise UndeliveredMarkersError(
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
@@ -201,15 +230,22 @@ class Worker:
                 undelivered += err.undelivered
             except KmqError as err:
                 log.error("consumer_close_failed", queue=consumer.queue, error=str(err))
+            # The summary tells what the close settled too (what threads held past the drain, what was buffered).
+            self.counts.update({k: v for k, v in consumer.settled_at_close.items() if v})
         return undelivered
 
-    def _serve_metrics(self, consumer: Consumer) -> ThreadingHTTPServer:
-        probe = BrokerProbe(consumer.metadata_client, self.config.marker_topic)
+    def _serve_metrics(self) -> ThreadingHTTPServer:
+        probes: list[BrokerProbe] = []
 
         def health() -> str | None:
             if self._stop.is_set():
                 return "stopping"
-            return consumer.failure or probe()
+            if not self._consumers:
+                return "starting"
+            if not probes:
+                probes.append(BrokerProbe(self._consumers[0].metadata_client, self.config.marker_topic))
+            failed = next((c.failure for c in self._consumers if c.failure), None)
+            return failed or probes[0]()
 
         return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
 
@@ -235,6 +271,8 @@ class Worker:
 
     def _consumer_failed(self, err: KmqError) -> None:
         log.error("worker_consumer_failed", error=str(err))
+        if self._failure is None:
+            self._failure = err
         self.stop()
 
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
@@ -289,7 +327,7 @@ class Worker:
             deliver_at = msg.headers.get(HEADER_DELIVER_AT)
             if deliver_at:
                 due_ms = max(due_ms, int(deliver_at))
-        slot.tallies[queue].waits.observe(max(0.0, time.time() - due_ms / 1000))
+        slot.tallies[queue].waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
         slot.since = time.perf_counter()
         slot.queue = queue
         return limit

@@ -61,7 +61,8 @@ def raw_topic(admin: AdminClient, partitions: int = PARTITIONS) -> str:
 
 def tracker(config: Config) -> subprocess.Popen[bytes]:
     """A tracker process that owns the markers partitions, as one deployed before the workers does: one started
-    after the markers were written reads them late, and its deadline clock starts that far behind (README)."""
+    after the markers were written reads them late, and its deadline clock starts that far behind
+    (docs/concepts/tracker.md)."""
     proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})

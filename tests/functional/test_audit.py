@@ -13,8 +13,7 @@ from kmq import Service, wire
 from kmq.ops.audit.job import AuditOptions, run
 from kmq.wire import MessageId
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
-from tests.conftest import ConfigFactory
-from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_thread
+from tests.helpers import FAST_GROUP, ConfigFactory, WorkerProcess, receive_n, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.conftest import TopicFactory, unique
+from tests.helpers import TopicFactory, unique
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,18 +12,14 @@ from kmq import (
     Config,
     Consumer,
     ConsumerClosedError,
-    InvalidQueueNameError,
     KafkaClientError,
     MessageSettledError,
-    PayloadError,
-    PayloadTooLargeError,
     Service,
     TopicError,
 )
 from kmq.wire.marker_batch import BATCH_PREFIX, decode_record
 from kmq.wire.markers import EndReason, MarkerType
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n
+from tests.helpers import ConfigFactory, receive_n
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 from tests.markers_io import read_markers, read_topic, wait_for
 
@@ -245,42 +241,6 @@ def test_a_second_consumer_with_the_same_client_id_fences_the_first_with_a_clear
             assert wait_for(fenced, timeout_s=40)
     finally:
         first.close()
-
-
-@pytest.mark.parametrize(("payload", "error", "match"), [
-    ("text", PayloadError, "bytes-like, got str"),
-    ({"a": 1}, PayloadError, "got dict"),
-    (b"x" * 2001, PayloadTooLargeError, "2001 bytes exceeds max_payload_bytes=2000"),
-])
-def test_bad_payloads_are_refused_before_sending(kmq_config: ConfigFactory, payload: object,
-                                                 error: type[Exception], match: str) -> None:
-    config = kmq_config(max_payload_bytes=2000)
-    with Service(config).queue("q").producer() as producer, pytest.raises(error, match=match):
-        producer.send(payload)  # type: ignore[arg-type]
-
-
-def test_reserved_headers_are_refused(kmq_config: ConfigFactory) -> None:
-    with Service(kmq_config()).queue("q").producer() as producer, pytest.raises(PayloadError, match="reserved"):
-        producer.send(b"x", headers={"kmq-delivery-count": "9"})
-
-
-@pytest.mark.parametrize(("name", "match"), [("", "empty"), ("x" * 201, "limit is 200"),
-                                             ("tab\there", "printable"), (" padded", "printable")])
-def test_bad_queue_names_are_refused(name: str, match: str) -> None:
-    with pytest.raises(InvalidQueueNameError, match=match):
-        Service(Config(bootstrap_servers="127.0.0.1:1")).queue(name)
-
-
-def test_an_unreachable_broker_fails_within_the_connect_timeout() -> None:
-    config = Config(bootstrap_servers="127.0.0.1:1", connect_timeout_ms=1500)
-    started = time.monotonic()
-    with pytest.raises(KafkaClientError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
-        Service(config).queue("q").consumer()
-    producer = Service(config).queue("q").producer()
-    with pytest.raises(KafkaClientError, match="reachable"):
-        producer.send(b"x", timeout=1.5)
-    producer.close(timeout=0.5)
-    assert time.monotonic() - started < 15
 
 
 def test_a_missing_message_topic_is_named(kafka_bootstrap: str) -> None:

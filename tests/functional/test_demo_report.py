@@ -9,8 +9,7 @@ from kmq import Service
 from kmq.demo import report
 from kmq.ops.stats import MarkerScanner, waiting_first_ids
 from kmq.wire import MessageId
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n
+from tests.helpers import ConfigFactory, receive_n
 
 pytestmark = pytest.mark.timeout(120)
 

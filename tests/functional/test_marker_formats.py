@@ -15,8 +15,7 @@ from kmq._kafka.offsets import CommitOutcome
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles, encode_starts
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n, tracker_thread
+from tests.helpers import ConfigFactory, receive_n, tracker_thread
 from tests.markers_io import read_markers, read_topic, wait_for
 from tests.unit.fakes import FakeStart
 

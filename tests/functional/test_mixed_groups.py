@@ -14,9 +14,7 @@ import pytest
 
 from kmq import Config, KafkaClientError, Service
 from kmq.redelivery.tracker import RedeliveryTracker
-from kmq.wire import consumer_group
-from tests.conftest import ConfigFactory
-from tests.helpers import FAST_GROUP, ROOT
+from tests.helpers import FAST_GROUP, ROOT, ConfigFactory
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -58,7 +56,7 @@ def test_a_kmq_consumer_in_kafka_mq_go_mode_shares_a_queue_group_with_an_eager_m
     assert config.assignment_strategy == EAGER
     with Service(config).queue("mixed").consumer() as consumer:
         assert wait_for(lambda: len(consumer.assignment) == 6, timeout_s=30)
-        members.append(Member(config, consumer_group("mixed"), config.message_topic, EAGER))
+        members.append(Member(config, config.consumer_group("mixed"), config.message_topic, EAGER))
         # Eager: everything is revoked, then split between the two.
         assert wait_for(lambda: members[0].held and consumer.assignment
                         and members[0].held | consumer.assignment == set(range(6)), timeout_s=40), (
@@ -89,7 +87,7 @@ def test_a_consumer_that_cannot_join_a_group_fails_in_bounded_time_naming_group_
     kmq_config: ConfigFactory, members: list[Member],
 ) -> None:
     config = kmq_config(connect_timeout_ms=3_000)  # kmq format: cooperative
-    members.append(Member(config, consumer_group("shared"), config.message_topic, EAGER))
+    members.append(Member(config, config.consumer_group("shared"), config.message_topic, EAGER))
     assert wait_for(lambda: bool(members[0].held), timeout_s=30)
     started = time.monotonic()
     with Service(config).queue("shared").consumer() as consumer, pytest.raises(KafkaClientError) as caught:
@@ -97,5 +95,5 @@ def test_a_consumer_that_cannot_join_a_group_fails_in_bounded_time_naming_group_
             consumer.receive(0.5)
     assert time.monotonic() - started < 30
     text = str(caught.value)
-    assert "cannot join consumer group 'kafka-mq-shared'" in text and "'cooperative-sticky'" in text
+    assert f"cannot join consumer group {config.consumer_group('shared')!r}" in text and "'cooperative-sticky'" in text
     assert "range,roundrobin" in text

@@ -11,8 +11,7 @@ import pytest
 from kmq import KmqError, Service
 from kmq.ops.dlq import list_dead_letters
 from kmq.ops.stats import collect
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_expecting, receive_n, tracker_thread, write_transaction
+from tests.helpers import ConfigFactory, receive_expecting, receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,14 +137,23 @@ def test_inspect_tells_a_messages_life_across_copies_and_who_holds_it(kmq_config
         assert life["state"] == "in_flight" and life["holder"].startswith("worker-a ")
     done = kmq(config, "inspect", name, str(again.message_id))
     assert done.returncode == 0, done.stderr
-    whats = [line.split()[1] for line in done.stdout.splitlines()[:-1]]
-    # The tracker's End for the original and the copy's reject race: only the set and the start are fixed.
-    assert whats[:2] == ["enqueued", "delivered"]
-    assert {"released", "redelivered", "copy_produced", "rejected", "dead_letter_written"} <= set(whats)
-    assert "reason=bad input" in done.stdout and "delivery_count=2" in done.stdout
-    assert done.stdout.splitlines()[-1] == f"state: rejected; first message id {first}"
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"message {first} of queue '{name}': 5 bytes, headers none"
+    # The story in causal order: the tracker's End for the original is told as the reason of the copy it made, the
+    # dead letter and the reject's End as one act.
+    assert [line.split()[1] for line in lines[1:-1]] == [
+        "enqueued", "delivered", "released", "copy", "delivered", "dead_lettered"], done.stdout
+    assert "because=released" in done.stdout and "reason=bad input" in done.stdout
+    assert "delivery_count=2" in done.stdout
+    assert lines[-1] == "state: dead_lettered: dead-lettered after 2 deliveries: bad input"
     missing = kmq(config, "inspect", name, "0:999999")
-    assert missing.returncode == 1 and f"no record of queue '{name}'" in missing.stderr
+    assert missing.returncode == 1 and "no record at" in missing.stderr
+    other = Service(config).queue(f"{name}-other")
+    with other.producer() as producer:
+        elsewhere = producer.send(b"not yours")
+    wrong = kmq(config, "inspect", name, str(elsewhere))
+    assert wrong.returncode == 1
+    assert f"message {elsewhere} belongs to queue '{name}-other', not '{name}'" in wrong.stderr
 
 
 def test_a_paused_queue_hands_out_nothing_even_to_a_consumer_started_later_until_resumed(

@@ -8,8 +8,7 @@ import pytest
 
 from kmq import Service
 from kmq.wire.markers import MarkerType
-from tests.conftest import ConfigFactory
-from tests.helpers import receive_n
+from tests.helpers import ConfigFactory, receive_n
 from tests.markers_io import read_markers
 
 pytestmark = pytest.mark.timeout(90)

@@ -14,9 +14,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from kmq import Config, Consumer, ConsumerClosedError, Service
-from kmq.wire import consumer_group
-from tests.conftest import ConfigFactory
-from tests.helpers import FAST_GROUP, ROOT, env_for
+from tests.helpers import FAST_GROUP, ROOT, ConfigFactory, env_for
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -38,7 +36,7 @@ class Member:
 
     def __init__(self, config: Config, queue: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.group_member", config.bootstrap_servers, consumer_group(queue),
+            [sys.executable, "-m", "tests.group_member", config.bootstrap_servers, config.consumer_group(queue),
              config.message_topic, config.assignment_strategy], cwd=ROOT, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
 
@@ -119,7 +117,7 @@ def test_a_consumer_whose_partitions_are_lost_while_paused_reads_them_when_they_
         assert proc.stdout.readline().strip() == "PAUSED"
         # When it is frozen past its session timeout, so the group drops it and its partitions are lost
         proc.send_signal(signal.SIGSTOP)
-        assert wait_for(lambda: _members(admin, consumer_group("lost")) == 0, timeout_s=30, interval_s=0.5)
+        assert wait_for(lambda: _members(admin, config.consumer_group("lost")) == 0, timeout_s=30, interval_s=0.5)
         proc.send_signal(signal.SIGCONT)
         proc.stdin.write("go\n")
         proc.stdin.flush()

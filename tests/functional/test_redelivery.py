@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as RawConsumer
@@ -12,14 +13,15 @@ from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
-from kmq import Config, Service
+from kmq import Config, Service, wire
+from kmq._kafka.factory import GroupClient, KafkaClients
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
 from kmq.wire import MessageId
 from kmq.wire.markers import Marker, MarkerType, encode
-from tests.conftest import ConfigFactory
 from tests.helpers import (
     FAST_GROUP,
+    ConfigFactory,
     WorkerProcess,
     members_holding_partitions,
     receive_n,
@@ -131,10 +133,12 @@ def test_on_a_broker_with_kafkas_default_group_join_delay_dead_letters_are_liste
                 msg.reject("schema mismatch")
         assert sorted(d.payload for d in list_dead_letters(config, "rej")) == [b"bad-0", b"bad-1", b"bad-2"]
         assert redrive(config, "rej") == 3
+        assert list_dead_letters(config, "rej") == [], "redriven letters no longer wait"
+        assert len(list_dead_letters(config, "rej", include_redriven=True)) == 3
         assert redrive(config, "rej") == 0
         # A queue with no dead letters reads the topic once: its next redrive starts at the end.
         assert redrive(config, "other") == 0
-        with TopicReplay(config, config.dlq_topic, group="kmq-dlq-redrive-other") as replay:
+        with TopicReplay(config, config.dlq_topic, group=wire.redrive_group("other")) as replay:
             assert list(replay.records()) == []
 
 
@@ -292,11 +296,12 @@ def test_a_partition_whose_committed_offset_cannot_be_read_is_tried_again_and_lo
     assert raw.flush(10) == 0
     consumers: list[CommittedFailsAtFirst] = []
 
-    def factory(settings: dict[str, object]) -> CommittedFailsAtFirst:
-        consumers.append(CommittedFailsAtFirst(settings, failures=2))
-        return consumers[-1]
+    class Clients(KafkaClients):
+        def group_consumer(self, settings: dict[str, Any]) -> GroupClient:
+            consumers.append(CommittedFailsAtFirst(settings, failures=2))
+            return consumers[-1]  # type: ignore[return-value]
 
-    with capture_logs() as logs, tracker_thread(config, consumer_factory=factory) as tracker:
+    with capture_logs() as logs, tracker_thread(config, clients=Clients()) as tracker:
         assert wait_for(lambda: tracker.metrics.redeliveries.labels("q")._value.get() == 1, timeout_s=20)
     assert consumers[0].failures_left == 0
     assert [e["partition"] for e in logs if e["event"] == "partition_init_failed"] == [0, 0]

@@ -7,8 +7,7 @@ from confluent_kafka import Producer as RawProducer
 
 from kmq._kafka import topic_replay
 from kmq._kafka.topic_replay import TopicReplay
-from tests.conftest import ConfigFactory
-from tests.helpers import write_transaction
+from tests.helpers import ConfigFactory, write_transaction
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,13 +6,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
 from kmq.delivery import Delivery
 from kmq.wire import MessageId
 
 
 @dataclass
 class FakeRecord:
-    """What the intake and the Start pipeline read of a confluent Message."""
+    """A fetched record as the intake, the Start pipeline and the tracker read a confluent Message."""
 
     topic_: str
     partition_: int
@@ -20,6 +22,8 @@ class FakeRecord:
     key_: bytes = b"q"
     value_: bytes = b"v"
     error_: object = None
+    headers_: list[tuple[str, bytes]] | None = None
+    timestamp_ms: int = 1_700_000_000_000
 
     def topic(self) -> str:
         return self.topic_
@@ -38,6 +42,12 @@ class FakeRecord:
 
     def error(self) -> object:
         return self.error_
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self.headers_
+
+    def timestamp(self) -> tuple[int, int]:
+        return TIMESTAMP_LOG_APPEND_TIME, self.timestamp_ms
 
 
 @dataclass(frozen=True)

@@ -39,3 +39,13 @@ def test_callbacks_run_once_whether_added_before_or_after_the_report() -> None:
     delivery._set(MessageId(0, 0), None)
     delivery.add_done_callback(lambda d: seen.append("after"))
     assert seen == ["before", "after"]
+
+
+def test_a_delivery_says_what_it_is_in_its_repr() -> None:
+    delivery: Delivery[MessageId] = Delivery()
+    assert repr(delivery) == "<Delivery pending>"
+    delivery._set(MessageId(3, 42), None)
+    assert repr(delivery) == "<Delivery done: 3:42>"
+    failed: Delivery[MessageId] = Delivery()
+    failed._set(None, DeliveryError("broker gone"))
+    assert repr(failed) == "<Delivery failed: broker gone>"

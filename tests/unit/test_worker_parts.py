@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
@@ -20,6 +20,7 @@ from tests.markers_io import wait_for
 # --- the prefetch window ------------------------------------------------------------------------------------------
 
 
+@settings(deadline=None)  # a loaded machine may stall one example
 @given(concurrency=st.integers(1, 64), maximum=st.integers(1, 5_000),
        runs=st.lists(st.floats(0, 1_000, allow_nan=False), min_size=1, max_size=30))
 def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, maximum: int,
@@ -33,6 +34,7 @@ def test_the_window_stays_between_the_threads_and_the_maximum(concurrency: int, 
     assert sizes == [] or sizes[-1] == window.size
 
 
+@settings(deadline=None)
 @given(concurrency=st.integers(1, 64), a=st.floats(1e-6, 1e4), b=st.floats(1e-6, 1e4))
 def test_slower_runs_never_give_a_larger_window(concurrency: int, a: float, b: float) -> None:
     window = PrefetchWindow(concurrency, 2_000, lambda size: None)
@@ -149,3 +151,32 @@ def test_thread_tallies_are_summed_into_the_dramatiq_named_metrics() -> None:
                  'kmq_worker_message_duration_seconds_sum{queue="q"} 7200.014',
                  'kmq_worker_message_wait_seconds_count{queue="q"} 1.0'):
         assert line in text, line
+
+
+def test_a_function_decorated_with_queue_worker_stays_callable_and_loads_as_a_handler(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from kmq import Config, Service
+    from kmq.worker import load_handler
+
+    module = tmp_path / "decorated_jobs.py"
+    module.write_text(
+        "from kmq import Config, Service\n"
+        "queue = Service(Config(bootstrap_servers='127.0.0.1:1')).queue('jobs')\n"
+        "@queue.worker(concurrency=2)\n"
+        "def handle(message):\n"
+        "    return ('handled', message)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        queue = Service(Config(bootstrap_servers="127.0.0.1:1")).queue("jobs")
+
+        @queue.worker(concurrency=2)
+        def handle(message: object) -> object:
+            return ("handled", message)
+
+        assert handle("m") == ("handled", "m")  # type: ignore[arg-type]
+        loaded = load_handler("decorated_jobs:handle")
+        assert loaded("m") == ("handled", "m")  # type: ignore[arg-type]
+        assert not hasattr(loaded, "run"), "the handler, not the Worker"
+    finally:
+        sys.modules.pop("decorated_jobs", None)

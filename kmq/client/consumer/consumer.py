@@ -16,17 +16,16 @@ from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 
 import structlog
-from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka import KafkaError, KafkaException
 
 from kmq import _kafka, wire
-from kmq._kafka import PolledProducer
 from kmq._kafka.commit_policy import CommitPolicy
-from kmq._kafka.control import ControlFollower
+from kmq._kafka.factory import ClientFactory, GroupClient, KafkaClients
+from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome
 from kmq.client.consumer.due_times import DueTimes
 from kmq.client.consumer.hand_out import HandOut
+from kmq.client.consumer.identity import ClientIdentity
 from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
@@ -35,6 +34,7 @@ from kmq.client.consumer.start_pipeline import StartPipeline, to_message
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
+from kmq.metrics_http import MetadataClient
 from kmq.wire.control import ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -52,16 +52,21 @@ class Consumer:
     lower than ``config.max_in_flight`` (see the property of that name).
     """
 
-    def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None) -> None:
+    def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
+                 clients: ClientFactory | None = None) -> None:
+        clients = clients or KafkaClients()
         self._config = config
         self._queue = queue
         self._key = queue.encode()
         self._log = log.bind(queue=queue)
         self._fatal: KmqError | None = None
         self._closed = False
+        #: What ``close()`` settled itself: received but unsettled messages ``released`` (a handler may have started
+        #: on them), never received ones ``returned`` (their delivery count unchanged).
+        self.settled_at_close: dict[str, int] = {"released": 0, "returned": 0}
+        #: False once ``stop_taking()``: no new message is Started (a draining worker).
+        self._taking = True
         self._stop = threading.Event()
-        self.rebalances = 0
-        self._assigned: frozenset[int] = frozenset()
         self._last_client_warning = 0.0
         self._purged_up_to = 0
         #: The ready buffer and its back-pressure.
@@ -71,24 +76,29 @@ class Consumer:
         #: Messages read before their due time and held until it (loop thread).
         self._due = DueTimes()
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
-        self._producer = PolledProducer(
+        self._producer = clients.producer(
             _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
-        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
+        instance_id = _kafka.instance_id()
+        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
         self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._out.wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
         self._at_most_once = queue in config.at_most_once_queues
         self._settler: InFlightMessages | AtMostOnceMessages = (
             AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
-        self._eager = config.eager_rebalance
-        self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
-                                                 config.connect_timeout_ms / 1000)
-        self._control = ControlFollower(config, on_change=self._on_control)
-        self._kafka = KafkaConsumer({
-            **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
+        self._membership = GroupMembership(
+            config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+            join_bound_s=config.connect_timeout_ms / 1000, on_revoking=self._on_revoking,
+            on_dropped=self._on_dropped, on_changed=self._on_assignment_changed, logger=self._log)
+        self._control = clients.control(config, self._on_control)
+        #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
+        self._identity = (ClientIdentity(config.client_id, instance_id, self._producer, self._control,
+                                         config.connect_timeout_ms / 1000 + 20) if config.client_id else None)
+        self._client = clients.group_consumer({
+            **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
-        self._intake = Intake(self._kafka, self._key, self._on_record_error, config.receive_buffer_capacity,
+        self._intake = Intake(self._client, self._key, self._on_record_error, config.receive_buffer_capacity,
                               config.max_read_ahead_records)
         self._book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
         self._pipeline = StartPipeline(
@@ -99,11 +109,12 @@ class Consumer:
         try:
             self._check_topics()
             self._control.start()
+            if self._identity is not None:
+                self._identity.claim()
             self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
-            self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
-                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self._membership.subscribe(self._client, [config.message_topic])
         except BaseException:
-            self._kafka.close()
+            self._client.close()
             self._control.close()
             self._in_flight.close()
             self._writer.close(0)
@@ -116,12 +127,18 @@ class Consumer:
 
     @property
     def queue(self) -> str:
+        """The queue this consumer receives from."""
         return self._queue
 
     @property
     def assignment(self) -> frozenset[int]:
         """Messages-topic partitions this consumer owns now."""
-        return self._assigned
+        return self._membership.assigned
+
+    @property
+    def rebalances(self) -> int:
+        """Rebalance callbacks seen (assign, revoke, lost)."""
+        return self._membership.rebalances
 
     @property
     def fetch_paused(self) -> bool:
@@ -189,6 +206,11 @@ class Consumer:
     def max_in_flight(self, value: int) -> None:
         self._out.limit = value
 
+    def stop_taking(self) -> None:
+        """Takes no new message from now on (a draining worker): what is buffered can still be received, and
+        ``close()`` gives back what is not. Nothing is Started only to be given back."""
+        self._taking = False
+
     def __iter__(self) -> Iterator[Message]:
         while not self._closed:
             try:
@@ -208,9 +230,10 @@ class Consumer:
         return None if self._fatal is None else str(self._fatal)
 
     @property
-    def metadata_client(self) -> KafkaProducer:
+    def metadata_client(self) -> MetadataClient:
         """A client whose ``list_topics`` probes the broker (for health checks)."""
-        return self._producer.client
+        client: MetadataClient = self._producer.client
+        return client
 
     def close(self, timeout: float = 30.0) -> None:
         """Stops fetching, gives back messages never received and releases received ones still unsettled, writes
@@ -236,14 +259,16 @@ class Consumer:
         # Popped one by one (atomic): a message a racing receive got is not counted as never received.
         never_received = {m.message_id for m in [*self._out.close(), *self._due.take_all()]}
         unsettled = self._in_flight.close()
+        returned = 0
         for message_id in unsettled:
             if message_id in never_received:
                 self._writer.give_back(message_id)  # no handler saw it: its delivery count stays
+                returned += 1
             else:
                 self._writer.release(message_id, 0)
+        self.settled_at_close = {"released": len(unsettled) - returned, "returned": returned}
         if unsettled:
-            self._log.info("consumer_close_released", released=len(unsettled) - len(never_received),
-                           returned=len(never_received))
+            self._log.info("consumer_close_released", **self.settled_at_close)
         remaining = self._writer.close(left())
         remaining += self._producer.close(left())
         undelivered = remaining + self._writer.undelivered
@@ -256,9 +281,9 @@ class Consumer:
             for mid in never_received:
                 tp = (self._config.message_topic, mid.partition)
                 first[tp] = min(first.get(tp, mid.offset), mid.offset)
-            _kafka.commit(self._kafka, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
+            _kafka.commit(self._client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
         self._control.close()
-        _close_within(self._kafka, left() + 1.0, self._log)
+        _close_within(self._client, left() + 1.0, self._log)
         if undelivered:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
             raise UndeliveredMarkersError(
@@ -276,7 +301,10 @@ class Consumer:
     # --- the settle side wakes the loop ------------------------------------------------------------------
 
     def _on_control(self, state: ControlState) -> None:
-        """On the control follower's thread: a purge reaches the messages already in flight here."""
+        """On the control follower's thread: a purge reaches the messages already in flight here; a claim of our
+        client_id by another process is answered."""
+        if self._identity is not None:
+            self._identity.on_control(state)
         before = state.purged_before.get(self._queue)
         if before is not None and before > self._purged_up_to:
             self._purged_up_to = before
@@ -305,7 +333,7 @@ class Consumer:
     def _poll_once(self) -> None:
         if self._due:
             self._hand_out(self._due.take_due())
-        room = 0 if self._paused_now() else self._usable_room()
+        room = 0 if self._paused_now() or not self._taking else self._usable_room()
         self._intake.update_pause()
         busy = len(self._intake) or len(self._pipeline)
         wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000
@@ -328,7 +356,7 @@ class Consumer:
         """Paused (kmq pause): take no new messages; those in flight finish. Asked again after each fetch, since a
         pause may arrive while the fetch waits."""
         state = self._control.state
-        return bool(state.paused_until) and state.paused(self._queue, int(time.time() * 1000))
+        return bool(state.paused_until) and state.paused(self._queue, wire.now_ms())
 
     def _room(self) -> int:
         return self._out.room(self._pipeline.waiting, self.in_flight)
@@ -359,7 +387,7 @@ class Consumer:
 
     def _commit(self, offsets: Mapping[TopicPartitionKey, int],
                 attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:
-        outcome = _kafka.commit(self._kafka, offsets, f"queue {self._queue!r}", attempts)
+        outcome = _kafka.commit(self._client, offsets, f"queue {self._queue!r}", attempts)
         if outcome is CommitOutcome.COMMITTED:
             self._book.committed(offsets)
         elif outcome is CommitOutcome.FENCED:
@@ -370,13 +398,13 @@ class Consumer:
         err: KafkaError = record.error()  # type: ignore[assignment]
         if _kafka.is_fatal(err):
             raise _fatal_error(err, self._config, self._queue)
-        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        cannot_join = self._membership.cannot_join(err)
         if cannot_join is not None:
             raise cannot_join
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
-        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        cannot_join = self._membership.cannot_join(err)
         if _kafka.is_fatal(err) or cannot_join is not None:
             self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)
             self._log.error("consumer_fatal", error=str(self._fatal))
@@ -385,50 +413,32 @@ class Consumer:
             self._last_client_warning = time.monotonic()
             self._log.warning("kafka_client_error", error=err.str(), code=err.name())
 
-    # --- rebalances (run inside poll(), on the loop thread) ---------------------------------------------
+    # --- rebalances (GroupMembership calls these inside poll(), on the loop thread) ------------------------
 
-    def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
-        _kafka.assign(consumer, partitions, self._eager)
-        self._join_watch.assigned()
-        self._assigned = (frozenset() if self._eager else self._assigned) | {p.partition for p in partitions}
-        self._rebalanced()
-        self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
-
-    def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
-        revoked = [(p.topic, p.partition) for p in partitions]
-        self._pipeline.rewind()  # not handed out: Started again if still ours, read by the new owner if not
-        mine = self._book.pending_in(revoked)
+    def _on_revoking(self, partitions: list[int]) -> None:
+        """Still ours: what is not handed out is Started again by whoever owns it next; what is, gets committed."""
+        self._pipeline.rewind()
+        mine = self._book.pending_in([(self._config.message_topic, p) for p in partitions])
         if mine:
             self._commit(mine)
-        self._drop(consumer, partitions, revoked)
-        self._log.info("partitions_revoked", partitions=[p.partition for p in partitions])
 
-    def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
-        self._pipeline.rewind()
-        self._drop(consumer, partitions, [(p.topic, p.partition) for p in partitions])
-        self._log.warning("partitions_lost", partitions=[p.partition for p in partitions])
-
-    def _drop(self, consumer: KafkaConsumer, partitions: list[TopicPartition], gone: list[TopicPartitionKey]) -> None:
+    def _on_dropped(self, partitions: list[int], lost: bool) -> None:
         # Neither committed nor Started: the partition's next owner reads these records again.
+        if lost:
+            self._pipeline.rewind()
+        gone = [(self._config.message_topic, p) for p in partitions]
         self._book.forget(gone)
         self._intake.forget(gone)
-        _kafka.unassign(consumer, partitions, self._eager)
-        self._assigned = self._assigned - {p.partition for p in partitions}
-        self._rebalanced()
 
-    def _rebalanced(self) -> None:
-        try:
+    def _on_assignment_changed(self) -> None:
+        if not self._closed:  # librdkafka revokes everything while closing: its pause state no longer matters
             self._intake.rebalanced()
-        except KafkaException as exc:  # a fenced or failed client: close() follows, an exception here would not
-            self._log.warning("pause_state_not_applied", error=str(_kafka.to_kmq_error(exc, "rebalance")))
 
     def _check_topics(self) -> None:
-        _kafka.topic_partitions(self._kafka, self._config, self._config.message_topic, "message")
+        _kafka.topic_partitions(self._client, self._config, self._config.message_topic, "message")
 
 
-def _close_within(client: KafkaConsumer, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:
+def _close_within(client: GroupClient, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:
     """librdkafka's close (leave the group, final fetch-state cleanup) may wait long with the broker down: it gets
     a thread and ``timeout_s``; past that the process goes on, and its exit ends the client."""
     closer = threading.Thread(target=client.close, name="kmq-consumer-close", daemon=True)

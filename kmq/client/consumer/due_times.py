@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Iterable
 
 from kmq.client.message import Message
 from kmq.config import MAX_REDELIVERY_TIMEOUT_MS
-from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT
+from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT, now_ms
 
 #: Due within this: held by the consumer instead of a hop through the tracker (whose timing is ~0.1-1 s coarse).
 LOCAL_HOLD_MS = 1_000
@@ -25,14 +24,10 @@ LOCAL_HOLD_MS = 1_000
 MAX_HOP_MS = MAX_REDELIVERY_TIMEOUT_MS
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class DueTimes:
     """Loop thread only."""
 
-    def __init__(self, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, clock_ms: Callable[[], int] = now_ms) -> None:
         self._clock_ms = clock_ms
         self._held: list[tuple[int, int, Message]] = []
         self._order = itertools.count()

@@ -161,12 +161,10 @@ class InFlightMessages:
 
 def _dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
     """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
-    key = message.queue.encode()
     delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
-    headers = [*message.headers.items(), *delivery.encode(), (wire.HEADER_DLQ_REASON, (reason or "rejected").encode()),
-               (wire.HEADER_DLQ_QUEUE, key)]
+    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(list(message.headers.items()))
     try:
-        producer.produce_future(config.dlq_topic, message.payload, key, headers).result(
+        producer.produce_future(config.dlq_topic, message.payload, message.queue.encode(), headers).result(
             config.connect_timeout_ms / 1000 + 20)
     except Exception as err:
         raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
@@ -195,11 +193,15 @@ class AtMostOnceMessages:
         self._settle(message, "ack")
 
     def _release(self, message: Message, delay_ms: int) -> None:
-        raise KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be released "
-                       "(nothing would deliver it again); ack or reject it")
+        raise self._cannot(message, "released")
 
     def _give_back(self, message: Message) -> None:
-        self._release(message, 0)
+        raise self._cannot(message, "given back")
+
+    @staticmethod
+    def _cannot(message: Message, what: str) -> KmqError:
+        return KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be {what} "
+                        "(nothing would deliver it again); ack or reject it")
 
     def _reject(self, message: Message, reason: str) -> None:
         self._settle(message, "reject")

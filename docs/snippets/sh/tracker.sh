@@ -1,0 +1,1 @@
+kmq tracker

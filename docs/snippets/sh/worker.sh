@@ -1,0 +1,1 @@
+kmq worker emails_worker:handle --queue emails --concurrency 4

@@ -1,0 +1,252 @@
+"""A fake ClientFactory (kmq._kafka.factory) for unit tests of the Consumer and RedeliveryTracker facades.
+
+FakeGroupClient behaves like librdkafka where the facades depend on it: rebalance callbacks run inside
+``poll``/``consume``; an eager rebalance assigns the whole set, a cooperative one a delta; a partition's paused flag
+survives its unassignment; ``close`` may hang (a broker gone). FakeProducerClient delivers at once, or never (a
+broker gone): then ``flush`` reports what is left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kmq.config import Config
+from kmq.delivery import Delivery
+from kmq.wire import MessageId
+from kmq.wire.control import ControlState
+from tests.unit.fakes import FakeRecord
+
+#: A fetched record (confluent_kafka.Message as kmq reads it).
+Record = FakeRecord
+
+
+def _parts(partitions: Sequence[int], topic: str) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for p in partitions]
+
+
+@dataclass
+class FakeGroupClient:
+    """One group member's client. Script it with ``rebalance(...)`` and ``feed(...)``; read what was committed."""
+
+    topic: str
+    partitions: int = 3
+    eager: bool = False
+    callbacks: dict[str, Callable[..., None]] = field(default_factory=dict)
+    events: deque[tuple[str, list[int]]] = field(default_factory=deque)
+    records: deque[Record] = field(default_factory=deque)
+    held: list[int] = field(default_factory=list)
+    paused: set[int] = field(default_factory=set)
+    commits: list[dict[int, int]] = field(default_factory=list)
+    committed_offsets: dict[int, int] = field(default_factory=dict)
+    end_offsets: dict[int, int] = field(default_factory=dict)
+    #: Calls that raise KafkaException (a fenced client, a broker gone): method name → times left.
+    failing: dict[str, int] = field(default_factory=dict)
+    hang_on_close: bool = False
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- scripting ---------------------------------------------------------------------------------------
+
+    def rebalance(self, kind: str, partitions: list[int]) -> None:
+        """``kind``: assign, revoke or lost; delivered inside the next poll/consume, as librdkafka does."""
+        with self.lock:
+            self.events.append((kind, partitions))
+
+    def feed(self, records: Sequence[Record]) -> None:
+        with self.lock:
+            self.records.extend(records)
+
+    def _maybe_fail(self, name: str) -> None:
+        left = self.failing.get(name, 0)
+        if left:
+            self.failing[name] = left - 1
+            raise KafkaException(KafkaError(KafkaError._STATE, f"fake {name} failed"))
+
+    # --- the client's calls ------------------------------------------------------------------------------
+
+    def subscribe(self, topics: list[str], on_assign: Callable[..., None] | None = None,
+                  on_revoke: Callable[..., None] | None = None, on_lost: Callable[..., None] | None = None) -> None:
+        self.callbacks = {"assign": on_assign or (lambda *a: None), "revoke": on_revoke or (lambda *a: None),
+                          "lost": on_lost or (lambda *a: None)}
+
+    def _run_events(self) -> None:
+        while True:
+            with self.lock:
+                if not self.events:
+                    return
+                kind, partitions = self.events.popleft()
+            self.callbacks[kind](self, _parts(partitions, self.topic))
+
+    def poll(self, timeout: float = -1) -> Record | None:
+        got = self.consume(1, timeout)
+        return got[0] if got else None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Record]:
+        self._run_events()
+        with self.lock:
+            ready = [r for r in self.records if r.partition_ in self.held and r.partition_ not in self.paused]
+            ready = ready[:num_messages]
+            for record in ready:
+                self.records.remove(record)
+        if not ready:
+            time.sleep(min(max(timeout, 0), 0.01))
+        return ready
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._maybe_fail("assign")
+        self.held = [tp.partition for tp in partitions]
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self._maybe_fail("incremental_assign")
+        self.held += [tp.partition for tp in partitions if tp.partition not in self.held]
+
+    def unassign(self) -> None:
+        self._maybe_fail("unassign")
+        self.held = []
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._maybe_fail("incremental_unassign")
+        gone = {tp.partition for tp in partitions}
+        self.held = [p for p in self.held if p not in gone]
+
+    def assignment(self) -> list[TopicPartition]:
+        self._maybe_fail("assignment")
+        return _parts(self.held, self.topic)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._maybe_fail("pause")
+        self.paused |= {tp.partition for tp in partitions}
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._maybe_fail("resume")
+        self.paused -= {tp.partition for tp in partitions}
+
+    def commit(self, message: Any = None, offsets: list[TopicPartition] | None = None,
+               asynchronous: bool = True) -> list[TopicPartition]:
+        self._maybe_fail("commit")
+        given = offsets or []
+        self.commits.append({tp.partition: tp.offset for tp in given})
+        self.committed_offsets.update({tp.partition: tp.offset for tp in given})
+        return given
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        self._maybe_fail("committed")
+        return [TopicPartition(tp.topic, tp.partition, self.committed_offsets.get(tp.partition, -1001))
+                for tp in partitions]
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float = -1,
+                              cached: bool = False) -> tuple[int, int]:
+        self._maybe_fail("get_watermark_offsets")
+        return 0, self.end_offsets.get(partition.partition, 0)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return _metadata(topic or self.topic, self.partitions)
+
+    def close(self) -> None:
+        self.closed = True
+        while self.hang_on_close:
+            time.sleep(0.05)
+
+
+def _metadata(topic: str, partitions: int) -> Any:
+    return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=dict.fromkeys(range(partitions)))})
+
+
+@dataclass
+class Produced:
+    topic: str
+    value: bytes
+    key: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+
+
+@dataclass
+class FakeProducerClient:
+    """Delivers every record at once with offsets counting up per topic, or (``broker_gone``) never."""
+
+    broker_gone: bool = False
+    records: list[Produced] = field(default_factory=list)
+    undelivered: int = 0
+    closed: bool = False
+    _offsets: dict[str, int] = field(default_factory=dict)
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,
+                on_done: Callable[[Any, Any], None] | None = None, partition: int | None = None) -> None:
+        self.records.append(Produced(topic, value, key, list(headers or []), partition))
+        if self.broker_gone:
+            self.undelivered += 1
+            return
+        offset = self._offsets.get(topic, 0)
+        self._offsets[topic] = offset + 1
+        if on_done is not None:
+            on_done(None, Record(topic, partition or 0, offset, key, value))
+
+    def produce_future(self, topic: str, value: bytes, key: bytes | None,
+                       headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
+        delivery: Delivery[MessageId] = Delivery()
+
+        def done(err: Any, record: Record) -> None:
+            delivery._set(MessageId(record.partition(), record.offset()), None)
+
+        self.produce(topic, value, key, headers, done)
+        return delivery
+
+    def flush(self, timeout_s: float) -> int:
+        return self.undelivered
+
+    def close(self, timeout_s: float = 10.0) -> int:
+        self.closed = True
+        return self.undelivered
+
+    @property
+    def client(self) -> Any:
+        return SimpleNamespace(list_topics=lambda topic=None, timeout=-1: _metadata(topic or "", 1))
+
+    def to(self, topic: str) -> list[Produced]:
+        return [r for r in self.records if r.topic == topic]
+
+
+@dataclass
+class FakeControl:
+    state: ControlState = field(default_factory=ControlState)
+    available: bool = False
+    topic: str = "m.control"
+
+    def start(self) -> FakeControl:
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeClients:
+    """The ClientFactory: hands out the given group client, and one FakeProducerClient per producer asked for."""
+
+    group: FakeGroupClient
+    broker_gone: bool = False
+    producers: list[FakeProducerClient] = field(default_factory=list)
+    control_state: ControlState = field(default_factory=ControlState)
+
+    def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
+        self.settings = settings
+        return self.group
+
+    def producer(self, settings: dict[str, Any], name: str) -> FakeProducerClient:
+        self.producers.append(FakeProducerClient(broker_gone=self.broker_gone))
+        return self.producers[-1]
+
+    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> FakeControl:
+        return FakeControl(self.control_state)
+
+    def produced(self, topic: str) -> list[Produced]:
+        return [r for p in self.producers for r in p.to(topic)]

@@ -1,0 +1,138 @@
+"""The Consumer facade through its client factory, no broker: rebalances in both protocols, a client failing inside a
+rebalance callback, close with the broker gone, and the pause intent across a revoke."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from structlog.testing import capture_logs
+
+from kmq.client.consumer import Consumer
+from kmq.client.message import Message
+from kmq.config import Config
+from kmq.errors import UndeliveredMarkersError
+from tests.markers_io import wait_for
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
+
+Make = Callable[..., tuple[Consumer, FakeClients]]
+
+
+def _config(**fields: object) -> Config:
+    return Config(bootstrap_servers="fake:9092", message_topic="m", marker_topic="mk", connect_timeout_ms=2000,
+                  next_message_timeout_ms=50, settle_linger_ms=1, **fields)  # type: ignore[arg-type]
+
+
+
+def _receive(consumer: Consumer, n: int, timeout_s: float = 5.0) -> list[Message]:
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.receive_many(n - len(got), timeout=0.1)
+    return got
+
+
+@pytest.fixture
+def make() -> Iterator[Make]:
+    made: list[Consumer] = []
+
+    def build(group: FakeGroupClient | None = None, broker_gone: bool = False,
+              **fields: object) -> tuple[Consumer, FakeClients]:
+        clients = FakeClients(group or FakeGroupClient("m", partitions=2), broker_gone=broker_gone)
+        made.append(Consumer(_config(**fields), "q", clients=clients))
+        return made[-1], clients
+
+    yield build
+    for consumer in made:
+        with contextlib.suppress(UndeliveredMarkersError):
+            consumer.close(2)
+
+
+def test_a_cooperative_member_hands_out_its_partitions_messages_after_their_starts_and_commit(make: Make) -> None:
+    consumer, clients = make()
+    group = clients.group
+    group.rebalance("assign", [0, 1])
+    group.feed([Record("m", 0, 0, value_=b"a"), Record("m", 1, 0, value_=b"b"), Record("m", 1, 1, b"other", b"x")])
+    got = _receive(consumer, 2)
+    assert sorted(m.payload for m in got) == [b"a", b"b"]
+    assert consumer.assignment == {0, 1} and group.held == [0, 1]
+    assert clients.produced("mk"), "the Starts are written before the hand-out"
+    assert wait_for(lambda: group.committed_offsets == {0: 1, 1: 2}), group.commits
+    for message in got:
+        message.ack()
+    group.rebalance("revoke", [1])
+    assert wait_for(lambda: consumer.assignment == {0})
+    assert group.held == [0], "a cooperative revoke takes back only the revoked partitions"
+
+
+def test_an_eager_member_takes_and_gives_back_the_whole_assignment(make: Make) -> None:
+    consumer, clients = make(rebalance_protocol="eager")
+    group = clients.group
+    group.rebalance("assign", [0, 1])
+    assert wait_for(lambda: consumer.assignment == {0, 1})
+    group.rebalance("revoke", [0, 1])
+    group.rebalance("assign", [1])
+    assert wait_for(lambda: consumer.assignment == {1})
+    assert group.held == [1]
+
+
+def test_a_client_failing_inside_a_rebalance_callback_is_logged_and_the_consumer_goes_on(make: Make) -> None:
+    group = FakeGroupClient("m", partitions=2, failing={"incremental_assign": 1})
+    with capture_logs() as logs:
+        consumer, _clients = make(group)
+        group.rebalance("assign", [0])
+        assert wait_for(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
+        group.rebalance("assign", [0])  # librdkafka assigns again after the failed round
+        group.feed([Record("m", 0, 0, value_=b"after")])
+        got = _receive(consumer, 1)
+    assert [m.payload for m in got] == [b"after"]
+    assert consumer.failure is None
+    failed = next(e for e in logs if e["event"] == "rebalance_callback_failed")
+    assert failed["step"] == "assign" and "fake incremental_assign failed" in failed["error"]
+
+
+def test_close_with_the_broker_gone_returns_within_its_timeout_and_says_what_was_not_written(make: Make) -> None:
+    consumer, clients = make()
+    group = clients.group
+    group.rebalance("assign", [0])
+    group.feed([Record("m", 0, 0, value_=b"job")])
+    [message] = _receive(consumer, 1)
+    for producer in clients.producers:
+        producer.broker_gone = True  # from now on nothing is acknowledged, and leaving the group hangs
+    group.hang_on_close = True
+    message.ack()
+    started = time.monotonic()
+    with pytest.raises(UndeliveredMarkersError) as raised:
+        consumer.close(timeout=1.0)
+    group.hang_on_close = False
+    assert time.monotonic() - started < 4.0
+    assert raised.value.undelivered >= 1
+
+
+def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make) -> None:
+    consumer, clients = make(receive_buffer_capacity=1, max_in_flight=1, max_read_ahead_records=4)
+    group = clients.group
+    group.rebalance("assign", [0, 1])
+    group.feed([Record("m", 0, i, value_=b"%d" % i) for i in range(20)])
+    assert wait_for(lambda: consumer.fetch_paused and group.paused == {0, 1}), "past the hard limit fetching pauses"
+    # Paused: partition 1 leaves and comes back with its flag forgotten: it comes back paused, as intended.
+    group.rebalance("revoke", [1])
+    assert wait_for(lambda: consumer.assignment == {0})
+    group.paused.discard(1)
+    group.rebalance("assign", [1])
+    assert wait_for(lambda: consumer.assignment == {0, 1} and group.paused == {0, 1})
+    # Partition 1 leaves paused (librdkafka keeps the flag); fetching resumes meanwhile: it must come back fetching.
+    group.rebalance("revoke", [1])
+    assert wait_for(lambda: consumer.assignment == {0})
+    drained = 0
+    while drained < 20:
+        got = _receive(consumer, 1, timeout_s=5)
+        assert got, f"only {drained} of 20 records came"
+        for message in got:
+            message.ack()
+        drained += len(got)
+    assert not consumer.fetch_paused and group.paused == {1}
+    group.rebalance("assign", [1])
+    assert wait_for(lambda: consumer.assignment == {0, 1} and group.paused == set())

@@ -10,9 +10,8 @@ import pytest
 
 from kmq import Config, KmqError, MessageSettledError, Service
 from kmq.aio import AsyncConsumer, AsyncMessage
-from tests.conftest import ConfigFactory
 from tests.functional.test_cli import stats
-from tests.helpers import tracker_thread
+from tests.helpers import ConfigFactory, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from kmq import Config, Service
-from tests.conftest import ConfigFactory
-from tests.helpers import ROOT, env_for
+from tests.helpers import ROOT, ConfigFactory, env_for
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(240)

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ConfigFactory
 from tests.functional.test_cli import kmq, stats
 from tests.functional.test_worker import Workers, health, scrape, terminate
-from tests.helpers import free_port, tracker_thread
+from tests.helpers import ConfigFactory, free_port, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(180)

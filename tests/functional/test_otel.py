@@ -13,9 +13,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from kmq import Config, Message, Service, Worker
-from tests.conftest import ConfigFactory
 from tests.functional.test_worker import Workers
-from tests.helpers import FAST_GROUP, tracker_thread
+from tests.helpers import FAST_GROUP, ConfigFactory, tracker_thread
 from tests.markers_io import wait_for
 from tests.otel_spans import named, recorded_spans
 

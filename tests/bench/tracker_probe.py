@@ -33,8 +33,11 @@ class TrackerProbe:
 
     def __enter__(self) -> TrackerProbe:
         self._thread.start()
-        parts = self.tracker.partitions
-        assert wait_for(lambda: bool(parts) and all(p.caught_up for p in list(parts.values())), timeout_s=60)
+        def caught_up() -> bool:  # ``partitions`` is a fresh dict on each call (it was the live one): ask each time
+            parts = self.tracker.partitions
+            return bool(parts) and all(p.caught_up for p in parts.values())
+
+        assert wait_for(caught_up, timeout_s=60)
         self._sampler.start()
         return self
 

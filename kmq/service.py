@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from kmq._kafka.topics import TopicStatus, check_topics, create_topics
+from kmq.aio import AsyncConsumer, AsyncProducer
 from kmq.client.consumer import Consumer
 from kmq.client.producer import Producer
 from kmq.config import Config
@@ -30,9 +31,18 @@ class Queue:
         """A consumer in group ``kafka-mq-<name>``; it starts fetching at once."""
         return Consumer(self.config, self.name)
 
+    def async_producer(self) -> AsyncProducer:
+        """A producer for asyncio code (``await send(...)``); close it, or use it with ``async with``."""
+        return AsyncProducer(self.config, self.name)
+
+    def async_consumer(self) -> AsyncConsumer:
+        """A consumer for asyncio code, started by ``async with`` (or ``await start()``, or the first receive)."""
+        return AsyncConsumer(self.config, self.name)
+
     def worker(self, concurrency: int = 1, **options: Any) -> Callable[[Handler], Worker]:
         """Decorator: ``@queue.worker(concurrency=8)`` turns a handler into a Worker; call ``.run()`` on it. The
-        Worker stays callable (it runs the handler), and ``kmq worker module:name`` runs it too."""
+        Worker stays callable (it runs the handler), and ``kmq worker module:name`` runs it too. An ``async def``
+        handler runs on one event loop with at most ``concurrency`` runs at once."""
         def wrap(handler: Handler) -> Worker:
             return Worker(self.config, [self.name], handler, concurrency, **options)
         return wrap

@@ -78,7 +78,7 @@ class PolledProducer:
     def produce(self, topic: str, value: bytes, key: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None,
                 on_done: Callable[[KafkaError | None, KafkaMessage], None] | None = None,
-                partition: int | None = None) -> None:
+                partition: int | None = None, block: bool = True) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_done}
         if headers:
             kwargs["headers"] = list(headers)
@@ -89,6 +89,8 @@ class PolledProducer:
                 self._producer.produce(topic, **kwargs)
                 return
             except BufferError:
+                if not block:  # the caller waits its own way (kmq.aio: without blocking its event loop)
+                    raise
                 # librdkafka's local queue is full: wait for deliveries to drain it instead of failing.
                 self._producer.poll(0.05)
             except KafkaException as exc:
@@ -107,7 +109,7 @@ class PolledProducer:
                 self.produce(topic, message["value"], key, on_done=on_done)  # waits for room; raises the rest
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
+                       headers: Sequence[tuple[str, bytes]] | None = None, block: bool = True) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()
 
         def done(err: KafkaError | None, record: KafkaMessage) -> None:
@@ -117,7 +119,7 @@ class PolledProducer:
             else:
                 delivery._set(message_id(record), None)
 
-        self.produce(topic, value, key, headers, done)
+        self.produce(topic, value, key, headers, done, block=block)
         return delivery
 
     def wait(self, delivery: Delivery[Any], timeout_s: float) -> bool:

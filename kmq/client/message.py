@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from kmq import otel
 from kmq.errors import MessageSettledError
 from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
 
@@ -47,6 +48,8 @@ class Message:
     #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
     _settled_as: str = field(default="", repr=False)
     _next_keep_alive: float = field(default=0.0, repr=False)
+    #: The ``process`` span its settles are recorded on, while one runs (kmq.otel; None when tracing is off).
+    _span: Any = field(default=None, repr=False)
 
     @property
     def enqueued_at(self) -> datetime:
@@ -78,21 +81,29 @@ class Message:
     def ack(self) -> None:
         """Marks the message done (End marker); it is never delivered again."""
         self._settler._ack(self)
+        if self._span is not None:
+            otel.settled(self._span, "ack")
 
     def release(self, delay: float = 0.0) -> None:
         """Gives the message back for redelivery, now or after ``delay`` seconds."""
         if delay < 0:
             raise ValueError(f"release delay must be >= 0 seconds, got {delay}")
         self._settler._release(self, ms_from_seconds(delay))
+        if self._span is not None:
+            otel.settled(self._span, "release", delay_s=delay)
 
     def reject(self, reason: str = "") -> None:
         """Refuses the message for good: it goes to the dead-letter topic and is never redelivered."""
         self._settler._reject(self, reason)
+        if self._span is not None:
+            otel.settled(self._span, "reject", reason=reason)
 
     def give_back(self) -> None:
         """Returns a message its handler never started on (a worker shutting down with prefetched messages):
         redelivered at once, and unlike ``release`` it does not count as a delivery."""
         self._settler._give_back(self)
+        if self._span is not None:
+            otel.settled(self._span, "give_back")
 
     def keep_alive(self) -> None:
         """Extends the deadline now; automatic keep-alives already run while the message is unsettled."""

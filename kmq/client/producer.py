@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import TracebackType
+from typing import Any, NamedTuple
 
 import structlog
 
-from kmq import _kafka, wire
+from kmq import _kafka, otel, wire
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
@@ -19,6 +20,14 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 Payload = bytes | bytearray | memoryview
 HeadersIn = Mapping[str, bytes | str] | None
 DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
+
+
+class OutgoingRecord(NamedTuple):
+    """One send, checked and ready to produce: the value, every header, and its ``send`` span when tracing."""
+
+    data: bytes
+    headers: list[tuple[str, bytes]]
+    span: Any = None
 
 
 def check_payload(payload: object, limit: int) -> bytes:
@@ -80,6 +89,14 @@ def check_headers(headers: HeadersIn) -> list[tuple[str, bytes]]:
     return out
 
 
+def _ender(span: Any) -> Callable[[Delivery[MessageId]], None]:
+    def end(done: Delivery[MessageId]) -> None:
+        error = done.exception()
+        otel.end_send(span, None if error else done.result(), error)
+
+    return end
+
+
 class Producer:
     """Sends messages to one queue. Thread-safe; use as a context manager or call ``close()``.
 
@@ -109,6 +126,26 @@ class Producer:
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
         (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
         seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
+        data, out, span = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
+                                        ttl=ttl)
+        if span is None:  # not tracing: the path of every send, kept as short as before
+            future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+        else:
+            future = self._produce(OutgoingRecord(data, out, span))
+        if on_delivery is not None:
+            callback = on_delivery
+
+            def report(done: Delivery[MessageId]) -> None:
+                err = done.exception()
+                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
+
+            future.add_done_callback(report)
+        return future
+
+    def _prepare(self, payload: Payload, headers: HeadersIn, *, time_limit: float | None, delay: float | None,
+                 deliver_at: datetime | None, ttl: float | None) -> OutgoingRecord:
+        """A send checked and made a record (kmq's option headers, the trace context when tracing), not produced
+        yet: ``kmq.aio`` produces it when librdkafka's queue has room, without blocking its event loop."""
         if self._closed:
             raise KmqError(f"producer for queue {self._queue!r} is closed")
         data = check_payload(payload, self._config.max_payload_bytes)
@@ -118,15 +155,22 @@ class Producer:
             ttl_s = _seconds("ttl", ttl, positive=True) if ttl is not None else self._default_ttl_ms / 1000
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
                                   expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
-        future = self._client.produce_future(self._config.message_topic, data, self._key, out)
-        if on_delivery is not None:
-            callback = on_delivery
+        tracing = otel.tracer()
+        span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
+        return OutgoingRecord(data, out, span)
 
-            def report(done: Delivery[MessageId]) -> None:
-                err = done.exception()
-                callback(err if isinstance(err, KmqError) else None, None if err else done.result())
-
-            future.add_done_callback(report)
+    def _produce(self, record: OutgoingRecord, block: bool = True) -> Delivery[MessageId]:
+        """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
+        of waiting for room."""
+        try:
+            future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
+                                                 block=block)
+        except Exception as err:
+            if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
+                otel.end_send(record.span, None, err)
+            raise
+        if record.span is not None:
+            future.add_done_callback(_ender(record.span))
         return future
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,

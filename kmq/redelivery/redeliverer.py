@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from kmq import wire
+from kmq import otel, wire
 from kmq._kafka.producer import MarkerProducer
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.redelivery.in_flight import InFlight
@@ -169,6 +169,9 @@ class Redeliverer:
             headers = [*item.headers, *delivery.encode()]
         assert item.value is not None  # read back before the copy
         self._produce(producer, topic, item.value, item.key, [attempt], headers=headers)
+        if item.headers and attempt.failures == 0:  # the producer's trace shows the copy (kmq.otel), once
+            otel.redelivered(item.headers, item.queue, topic, item.message_id, attempt.delivery_count,
+                             attempt.dead_letter)
 
     # END
 

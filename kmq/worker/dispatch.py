@@ -10,7 +10,7 @@ consumer tells the dispatcher when messages became ready (``Consumer.on_ready``)
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kmq.client.consumer import Consumer
 from kmq.client.message import Message
@@ -29,6 +29,8 @@ class Dispatcher:
         self._generation = 0
         self._turn = 0
         self.stopped = False
+        #: Called like the listeners of ``Consumer.on_ready`` (a coroutine worker's LoopSignal).
+        self._wakers: list[Callable[[int], None]] = []
         for consumer in self._consumers:
             consumer.on_ready(self._ready)
 
@@ -47,10 +49,23 @@ class Dispatcher:
                     self._cond.wait(WAIT_S)
         return None
 
+    def take(self) -> Message | None:
+        """The next message of any queue if one is ready, else None, without waiting: for a worker whose handlers
+        are coroutines (it waits on the event loop instead, woken by ``add_waker``). Raises like ``next()``."""
+        consumers = self._consumers
+        return consumers[0].receive(0) if len(consumers) == 1 else self._look(consumers)
+
+    def add_waker(self, waker: Callable[[int], None]) -> None:
+        """``waker(n)`` runs when ``n`` messages became ready, and with 0 on ``stop()`` or when a consumer failed or
+        closes, on the thread where that happened; it must be quick and must not raise."""
+        self._wakers.append(waker)
+
     def stop(self) -> None:
         self.stopped = True
         with self._cond:
             self._cond.notify_all()
+        for waker in self._wakers:
+            waker(0)
 
     def _look(self, consumers: list[Consumer]) -> Message | None:
         turn = self._turn
@@ -70,3 +85,5 @@ class Dispatcher:
                 self._cond.notify(count)
             else:
                 self._cond.notify_all()
+        for waker in self._wakers:
+            waker(count)

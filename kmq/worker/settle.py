@@ -53,11 +53,12 @@ class SettlePolicy:
     """Settles messages after their handler runs; any thread (the watchdog settles timed-out ones)."""
 
     def __init__(self, config: Config, backoff: Backoff, metrics: WorkerMetrics, counts: Counter[str],
-                 processes: bool) -> None:
+                 processes: bool, *, coroutines: bool = False) -> None:
         self._config = config
         self._backoff = backoff
         self._metrics = metrics
         self._processes = processes
+        self._coroutines = coroutines
         self._lock = threading.Lock()
         #: acked, released, rejected, dead_lettered, returned, timed_out: what ``Worker.run`` returns.
         self.counts = counts
@@ -107,6 +108,7 @@ class SettlePolicy:
         self._metrics.time_limits.labels(msg.queue).inc()
         self._count("timed_out")
         how = "the handler's process is killed and replaced" if self._processes else \
+            "the handler's task is cancelled" if self._coroutines else \
             "the handler's thread is interrupted (a handler blocked in a C call keeps its thread until it returns)"
         self._failed(msg, f"TimeLimitExceeded: the handler ran past its time limit of {limit} s; {how}", "")
 

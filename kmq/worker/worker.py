@@ -18,9 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from types import FrameType
+from typing import Any
 
 import structlog
 
+from kmq import otel
 from kmq._kafka.topics import check_topics
 from kmq.client.consumer import Consumer
 from kmq.client.message import Message
@@ -28,8 +30,9 @@ from kmq.config import Config
 from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
 from kmq.metrics_http import BrokerProbe, serve
 from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
+from kmq.worker.async_runner import AsyncServe, call_async, is_coroutine_handler
 from kmq.worker.dispatch import Dispatcher
-from kmq.worker.handler_runner import Handler, ProcessRunner, ThreadRunner, load_handler
+from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner, load_handler
 from kmq.worker.metrics import ThreadSlot, WorkerMetrics
 from kmq.worker.prefetch import PrefetchWindow
 from kmq.worker.settle import Backoff, SettlePolicy
@@ -50,6 +53,9 @@ class Worker:
     ``time_limit_s``: a handler run longer than this is stopped and its message released (a failed delivery, so
     ``max_deliveries`` still ends it); a message sent with ``time_limit`` uses its own. ``run()`` returns the
     counts, or raises UndeliveredMarkersError if settles could not be written durably at exit.
+
+    An ``async def`` handler runs on one event loop (in one thread) with at most ``concurrency`` runs at once, under
+    the same rules; its time limit cancels the run (``async_runner``).
     """
 
     config: Config
@@ -83,8 +89,14 @@ class Worker:
             raise ConfigError("time_limit_s", f"must be a positive number of seconds, got {self.time_limit_s}")
         if self.processes and not self.handler_spec:
             raise ConfigError("handler_spec", "processes=True needs MODULE:FUNCTION to import in the children")
+        #: The handler is a coroutine function: its runs share one event loop.
+        self.coroutines = is_coroutine_handler(self.handler)
+        if self.coroutines and self.processes:
+            raise ConfigError("processes", "an async def handler runs on the worker's event loop; child processes "
+                                           "are for sync (CPU-bound) handlers")
         self.metrics = WorkerMetrics(self.queues)
-        self._settle = SettlePolicy(self.config, self.backoff, self.metrics, self.counts, self.processes)
+        self._settle = SettlePolicy(self.config, self.backoff, self.metrics, self.counts, self.processes,
+                                    coroutines=self.coroutines)
         self._stop = threading.Event()
         self._dispatcher: Dispatcher | None = None
         self._windows: dict[str, PrefetchWindow] = {}
@@ -125,16 +137,22 @@ class Worker:
                 server.shutdown()
                 server.server_close()
             raise
-        time_limits = TimeLimits(self._time_limit_expired)
-        runners = [ProcessRunner(self.handler_spec, self._stop) if self.processes
-                   else ThreadRunner(self.handler, time_limits) for _ in range(self.concurrency)]
+        time_limits = None if self.coroutines else TimeLimits(self._time_limit_expired)
+        runners = [] if time_limits is None else [
+            ProcessRunner(self.handler_spec, self._stop) if self.processes else ThreadRunner(self.handler, time_limits)
+            for _ in range(self.concurrency)]
         self.metrics.slots = slots = [ThreadSlot(f"kmq-worker-{i}", self.queues) for i in range(self.concurrency)]
         self._dispatcher = Dispatcher(consumers)
         if self._stop.is_set():
             self._dispatcher.stop()
         # Daemon threads: a handler still running after the drain timeout must not keep the process alive.
-        threads = [threading.Thread(target=self._serve, args=(slots[i], runners[i]), name=slots[i].name,
-                                    daemon=True) for i in range(self.concurrency)]
+        if self.coroutines:
+            serve = AsyncServe(self._dispatcher, slots, self._handle_async, self._settle.give_back, self._stop,
+                               self.config.at_most_once_queues, self.drain_timeout_s, self._consumer_failed)
+            threads = [threading.Thread(target=serve.run, name="kmq-worker-loop", daemon=True)]
+        else:
+            threads = [threading.Thread(target=self._serve, args=(slots[i], runners[i]), name=slots[i].name,
+                                        daemon=True) for i in range(self.concurrency)]
         for thread in threads:
             thread.start()
         log.info("worker_started", queues=list(self.queues), concurrency=self.concurrency,
@@ -145,9 +163,11 @@ class Worker:
                     break
                 self._floor_windows(slots)
             self.stop()
-            self._drain(threads)
+            # The event loop cancels its runs at the drain timeout itself: give it time to do so.
+            self._drain(threads, self.drain_timeout_s + (5.0 if self.coroutines else 0.0))
         finally:
-            time_limits.close()
+            if time_limits is not None:
+                time_limits.close()
             for runner in runners:
                 runner.close()  # kills a child still running past the drain timeout: its message is released
             undelivered = self._close(consumers)
@@ -192,8 +212,8 @@ class Worker:
         for queue, seconds in running.items():
             self._windows[queue].at_least(seconds)
 
-    def _drain(self, threads: list[threading.Thread]) -> None:
-        deadline = time.monotonic() + self.drain_timeout_s
+    def _drain(self, threads: list[threading.Thread], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [t.name for t in threads if t.is_alive()]
@@ -239,10 +259,7 @@ class Worker:
             try:
                 msg = next_message()
             except KmqError as err:
-                log.error("worker_consumer_failed", error=str(err))
-                if self._failure is None:
-                    self._failure = err
-                self.stop()
+                self._consumer_failed(err)
                 return
             if msg is None:
                 return
@@ -252,7 +269,56 @@ class Worker:
                 continue
             self._handle(msg, runner, slot)
 
+    def _consumer_failed(self, err: KmqError) -> None:
+        log.error("worker_consumer_failed", error=str(err))
+        if self._failure is None:
+            self._failure = err
+        self.stop()
+
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
+        limit = self._start_run(msg, slot)
+        tracing = otel.tracer()
+        if tracing is not None:
+            with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
+                self._run(msg, runner, slot, limit, span)
+            return
+        started = slot.since  # _run's body, inline: this is the path of every job
+        try:
+            outcome = runner.run(msg, limit)
+        finally:
+            ran = _end_run(slot, started, msg.queue)
+        self._windows[msg.queue].observe(ran)
+        self._settle.settle(msg, outcome, limit)
+
+    def _run(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot, limit: float | None,
+             span: Any) -> None:
+        started = slot.since
+        try:
+            outcome = runner.run(msg, limit)
+        finally:
+            ran = _end_run(slot, started, msg.queue)
+        self._settle_run(msg, outcome, limit, ran, span)
+
+    async def _handle_async(self, msg: Message, slot: ThreadSlot) -> None:
+        """``_handle`` for a coroutine handler, as a task on the worker's event loop."""
+        limit = self._start_run(msg, slot)
+        tracing = otel.tracer()
+        if tracing is None:
+            await self._run_async(msg, slot, limit, None)
+            return
+        with otel.processing(tracing, msg, self.config.message_topic) as span:
+            await self._run_async(msg, slot, limit, span)
+
+    async def _run_async(self, msg: Message, slot: ThreadSlot, limit: float | None, span: Any) -> None:
+        started = slot.since
+        try:
+            outcome = await call_async(self.handler, msg, limit)  # type: ignore[arg-type]
+        finally:  # also when the drain cancels it: the consumer's close releases its message
+            ran = _end_run(slot, started, msg.queue)
+        self._settle_run(msg, outcome, limit, ran, span)
+
+    def _start_run(self, msg: Message, slot: ThreadSlot) -> float | None:
+        """Before a handler run: its time limit; the wait metric and the slot's state are set."""
         queue = msg.queue
         limit = self.time_limit_s
         due_ms = msg.enqueued_at_ms
@@ -261,22 +327,28 @@ class Worker:
             deliver_at = msg.headers.get(HEADER_DELIVER_AT)
             if deliver_at:
                 due_ms = max(due_ms, int(deliver_at))
-        tally = slot.tallies[queue]
-        tally.waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
-        slot.since = started = time.perf_counter()
+        slot.tallies[queue].waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
+        slot.since = time.perf_counter()
         slot.queue = queue
-        try:
-            outcome = runner.run(msg, limit)
-        finally:
-            slot.queue = None
-            ran = time.perf_counter() - started
-            tally.durations.observe(ran)
-        self._windows[queue].observe(ran)
+        return limit
+
+    def _settle_run(self, msg: Message, outcome: Outcome, limit: float | None, ran: float, span: Any) -> None:
+        self._windows[msg.queue].observe(ran)
+        if span is not None and outcome.kind in ("failed", "timed_out"):
+            otel.failed(span, outcome.detail or "TimeLimitExceeded: the handler ran past its time limit")
         self._settle.settle(msg, outcome, limit)
 
     def _time_limit_expired(self, watch: Watch) -> None:
         """On the watchdog thread: the handler's thread is interrupted right after this."""
         self._settle.timed_out(watch.message, watch.limit_s)
+
+
+def _end_run(slot: ThreadSlot, started: float, queue: str) -> float:
+    """After a handler run: how long it took (tallied); the slot is free again."""
+    slot.queue = None
+    ran = time.perf_counter() - started
+    slot.tallies[queue].durations.observe(ran)
+    return ran
 
 
 def _in_flight_of(consumer: Consumer) -> Callable[[], float]:

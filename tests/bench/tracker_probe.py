@@ -33,9 +33,11 @@ class TrackerProbe:
 
     def __enter__(self) -> TrackerProbe:
         self._thread.start()
-        # ``partitions`` is a snapshot: asked again each time (one taken before the assignment stays empty).
-        assert wait_for(lambda: bool(parts := self.tracker.partitions) and all(p.caught_up for p in parts.values()),
-                        timeout_s=60)
+        def caught_up() -> bool:  # ``partitions`` is a fresh dict on each call (it was the live one): ask each time
+            parts = self.tracker.partitions
+            return bool(parts) and all(p.caught_up for p in parts.values())
+
+        assert wait_for(caught_up, timeout_s=60)
         self._sampler.start()
         return self
 

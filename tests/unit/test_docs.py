@@ -26,7 +26,8 @@ INCLUDE = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
 NOT_RUN = re.compile(r"^<!-- not-run: (?P<reason>.{10,}) -->$")
 #: Fence languages that are never code to run: program output, tables drawn as text, diagrams.
 INERT = {"text", "mermaid"}
-SAMPLE_TESTS = (ROOT / "tests" / "functional" / "test_docs_samples.py", Path(__file__))
+SAMPLE_TESTS = (ROOT / "tests" / "functional" / "test_docs_samples.py",
+                ROOT / "tests" / "functional" / "test_aio_docs_samples.py", Path(__file__))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import structlog
 
-from kmq import wire
+from kmq import otel, wire
 from kmq._kafka.producer import MarkerProducer
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
@@ -204,6 +204,8 @@ def _dead_letter(producer: MarkerProducer, config: Config, message: Message, rea
     except Exception as err:
         raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
                             f"to {config.dlq_topic!r}: {err}") from err
+    if message._span is not None:
+        otel.dead_lettered(message._span, config.dlq_topic, reason or "rejected")
 
 
 class AtMostOnceMessages:

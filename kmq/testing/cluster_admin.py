@@ -1,0 +1,102 @@
+"""Where a replicated cluster's leaderships are: partition leaders and ISRs, group coordinators, live brokers.
+
+AdminClient lookups with bounded retries: while a leadership moves, the brokers answer NOT_LEADER /
+NOT_COORDINATOR / LEADER_NOT_AVAILABLE for a moment, and a fault test asks exactly then.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from kmq.testing.broker import BrokerError
+
+T = TypeVar("T")
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+class ClusterAdmin:
+    """Read-only questions about a cluster, each answered within ``timeout_s`` or a BrokerError naming it."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        # log_level 0: a fault test kills brokers on purpose; the admin's "connection refused" lines are noise.
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0,
+                                   "topic.metadata.refresh.interval.ms": 1000})
+
+    def brokers(self, timeout_s: float = 10.0) -> set[int]:
+        """The registered, unfenced brokers (a killed node stays listed until the controller fences it)."""
+        def ask() -> set[int]:
+            # Metadata, not describe_cluster: librdkafka sends that to the "controller" a KRaft broker names, a
+            # random broker, which may be the dead one (a 3 s timeout then).
+            return {int(b) for b in self._admin.list_topics(timeout=min(3.0, timeout_s)).brokers}
+        return _retry(ask, timeout_s, "live brokers")
+
+    def partitions(self, topic: str, timeout_s: float = 10.0) -> dict[int, tuple[int, list[int], list[int]]]:
+        """Per partition of ``topic``: (leader, replicas, ISR); leader -1 while it has none."""
+        def ask() -> dict[int, tuple[int, list[int], list[int]]]:
+            meta = self._admin.list_topics(topic, timeout=min(5.0, timeout_s))
+            info = meta.topics.get(topic)
+            if info is None or info.error is not None:
+                raise BrokerError(f"topic {topic!r}: {info.error if info else 'not found'}")
+            return {p: (pm.leader, list(pm.replicas), list(pm.isrs)) for p, pm in info.partitions.items()}
+        return _retry(ask, timeout_s, f"partitions of {topic!r}")
+
+    def leader(self, topic: str, partition: int, timeout_s: float = 10.0) -> int:
+        return self.partitions(topic, timeout_s)[partition][0]
+
+    def leaders(self, topics: Iterable[str], timeout_s: float = 10.0) -> dict[tuple[str, int], int]:
+        return {(t, p): leader for t in topics for p, (leader, _r, _i) in self.partitions(t, timeout_s).items()}
+
+    def coordinator(self, group: str, timeout_s: float = 10.0) -> int:
+        """The broker coordinating consumer group ``group`` (the leader of its ``__consumer_offsets`` partition)."""
+        def ask() -> int:
+            future = self._admin.describe_consumer_groups([group], request_timeout=min(5.0, timeout_s))[group]
+            described = future.result(timeout=timeout_s)
+            if described.coordinator is None or described.state == ConsumerGroupState.UNKNOWN:
+                raise BrokerError(f"group {group!r} has no coordinator now")
+            return int(described.coordinator.id)
+        return _retry(ask, timeout_s, f"coordinator of group {group!r}")
+
+    def topics(self, timeout_s: float = 10.0, *, internal: bool = True) -> list[str]:
+        meta = _retry(lambda: self._admin.list_topics(timeout=min(5.0, timeout_s)), timeout_s, "topic list")
+        return [t for t in meta.topics if internal or not t.startswith(INTERNAL_TOPIC_PREFIX)]
+
+    def under_replicated(self, topics: Iterable[str] | None = None, timeout_s: float = 10.0) -> list[str]:
+        """``topic:partition`` of every partition whose ISR is short of its replicas, or that has no leader."""
+        out = []
+        for topic in topics if topics is not None else self.topics(timeout_s):
+            for p, (leader, replicas, isr) in self.partitions(topic, timeout_s).items():
+                if leader < 0 or set(isr) != set(replicas):
+                    out.append(f"{topic}:{p}")
+        return out
+
+    def wait_in_sync(self, timeout_s: float = 60.0, topics: Iterable[str] | None = None) -> None:
+        """Until no partition is under-replicated: what an operator waits for before restarting the next broker."""
+        deadline = time.monotonic() + timeout_s
+        wanted = list(topics) if topics is not None else None
+        while True:
+            try:
+                lagging = self.under_replicated(wanted, timeout_s=max(1.0, deadline - time.monotonic()))
+            except BrokerError as err:
+                lagging = [str(err)]
+            if not lagging:
+                return
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"{len(lagging)} partition(s) still under-replicated after {timeout_s:.0f}s: "
+                                  f"{', '.join(lagging[:5])}")
+            time.sleep(0.25)
+
+
+def _retry(ask: Callable[[], T], timeout_s: float, what: str) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ask()
+        except (KafkaException, BrokerError, TimeoutError) as err:
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"{what} not known within {timeout_s:.0f}s: {err}") from err
+        time.sleep(0.1)

@@ -20,20 +20,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
-import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
+from kmq._maven import cache_root
 from kmq.testing.broker import (
     KAFKA_VERSION,
     BrokerError,
-    alive,
-    die_with_parent,
     fetch_jars,
     format_storage,
     free_port,
@@ -44,6 +46,7 @@ from kmq.testing.broker import (
     server_properties,
 )
 from kmq.testing.cluster_admin import ClusterAdmin
+from kmq.testing.cluster_node import ClusterNode
 
 CLUSTER_HEAP = "512m"
 #: Faster than Kafka's defaults (9000 / 2000 / 30000 ms), still safe on a loaded 2-core machine: a broker is
@@ -81,66 +84,6 @@ def node_properties(node_id: int, port: int, controller_port: int, voters: str, 
 
 
 @dataclass
-class ClusterNode:
-    """One node's process. ``pid`` alone (no ``process``) when it was started by another command (cluster-up)."""
-
-    node_id: int
-    port: int
-    controller_port: int
-    work_dir: Path
-    command: list[str]
-    detached: bool = False
-    pid: int | None = None
-    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def alive(self) -> bool:
-        if self.process is not None:
-            return self.process.poll() is None
-        return self.pid is not None and alive(self.pid)
-
-    def launch(self) -> None:
-        if self.alive:
-            raise BrokerError(f"node {self.node_id} is already running (pid {self.pid})")
-        with open(self.work_dir / "stdout.log", "ab") as out:
-            self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=self.detached, preexec_fn=None if self.detached else die_with_parent)
-        self.pid = self.process.pid
-
-    def kill(self) -> None:
-        """SIGKILL: no controlled shutdown, leaderships stay with the dead node until the controller fences it."""
-        self._signal(signal.SIGKILL, 10.0)
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM: a controlled shutdown (leaderships moved first), SIGKILL after ``timeout_s``."""
-        if not self._signal(signal.SIGTERM, timeout_s):
-            self._signal(signal.SIGKILL, 10.0)
-
-    def _signal(self, sig: signal.Signals, wait_s: float) -> bool:
-        if self.pid is None or not self.alive:
-            return True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
-        deadline = time.monotonic() + wait_s
-        while self.alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return not self.alive
-
-    def log_tail(self, lines: int = 20) -> str:
-        texts: list[str] = []
-        for name in ("stdout.log", "broker.log"):
-            path = self.work_dir / name
-            if path.exists():
-                texts.extend(path.read_text(errors="replace").splitlines()[-lines:])
-        return "\n".join(texts[-lines:]) or "(no log)"
-
-
-@dataclass
 class LocalCluster:
     """``size`` KRaft nodes (3 by default); a context manager that leaves no JVM behind."""
 
@@ -165,9 +108,6 @@ class LocalCluster:
         raise BrokerError(f"no node {node_id} in this cluster (nodes {[n.node_id for n in self.nodes]})")
 
     def start(self) -> LocalCluster:
-        import shutil
-        import tempfile
-
         java = shutil.which("java")
         if java is None:
             raise BrokerError("Java is not on PATH: the local Kafka cluster needs Java 17 or newer")
@@ -243,22 +183,20 @@ class LocalCluster:
         return self.admin().coordinator(group)
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Until every live node serves clients (a KRaft broker opens its client port once it has caught up with
-        the metadata and been unfenced) and lists itself as a live broker."""
+        """Until every node serves clients (a KRaft broker opens its client port once it has caught up with the
+        metadata and been unfenced) and lists itself as a live broker."""
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
-            while node.alive:
-                try:
+            while True:
+                if not node.alive:
+                    raise BrokerError(f"Kafka node {node.node_id} is not running:\n{node.log_tail()}")
+                with contextlib.suppress(BrokerError):
                     if node.node_id in ClusterAdmin(node.address).brokers(2.0):
                         break
-                except BrokerError:
-                    pass
                 if time.monotonic() >= deadline:
                     raise BrokerError(f"Kafka node {node.node_id} not ready within {timeout_s:.0f}s:\n"
                                       f"{node.log_tail()}")
                 time.sleep(0.1)
-            if node.process is not None and not node.alive:
-                raise BrokerError(f"Kafka node {node.node_id} exited during start-up:\n{node.log_tail()}")
 
     def stop(self, timeout_s: float = 30.0) -> None:
         for node in self.nodes:  # all at once: a node stopping alone would wait for its leaderships to move
@@ -268,8 +206,6 @@ class LocalCluster:
         for node in self.nodes:
             node.stop(timeout_s)
         if self.work_dir is not None and not self.detached:
-            import shutil
-
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
@@ -281,27 +217,21 @@ class LocalCluster:
 
     # --- a cluster started by another command (make cluster-up) --------------------------------------------
 
-    def to_state(self) -> dict[str, object]:
+    def to_state(self) -> dict[str, Any]:
         return {"bootstrap": self.bootstrap_servers, "dir": str(self.work_dir), "version": self.version,
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
                            "work_dir": str(n.work_dir), "command": n.command, "pid": n.pid} for n in self.nodes]}
 
     @classmethod
-    def from_state(cls, state: Mapping[str, object]) -> LocalCluster:
-        nodes: Iterable[dict[str, object]] = state["nodes"]  # type: ignore[assignment]
-        cluster = cls(size=0, detached=True, work_dir=Path(str(state["dir"])), version=str(state["version"]))
-        for n in nodes:
-            cluster.nodes.append(ClusterNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]),  # type: ignore[call-overload]
-                                             Path(str(n["work_dir"])), list(n["command"]), True,  # type: ignore[call-overload]
-                                             int(n["pid"]) if n["pid"] else None))  # type: ignore[call-overload]
-        cluster.size = len(cluster.nodes)
+    def from_state(cls, state: Mapping[str, Any]) -> LocalCluster:
+        cluster = cls(size=len(state["nodes"]), detached=True, work_dir=Path(state["dir"]), version=state["version"])
+        cluster.nodes = [ClusterNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]), Path(n["work_dir"]),
+                                     list(n["command"]), True, n["pid"]) for n in state["nodes"]]
         return cluster
 
 
 def _format_all(formats: list[tuple[list[str], Path]], cluster_id: str) -> None:
     """Formats every node's storage with the same cluster id, in parallel (each is a JVM start)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(len(formats)) as pool:
         for result in [pool.submit(format_storage, jvm, props, cluster_id, standalone=False)
                        for jvm, props in formats]:
@@ -329,8 +259,6 @@ def quorum_leader(nodes: Iterable[ClusterNode]) -> int | None:
 # --- `make cluster-up` / `make cluster-down`: nodes that outlive the command that started them ---------------
 
 def state_file() -> Path:
-    from kmq._maven import cache_root
-
     return cache_root() / "run" / "cluster.json"
 
 
@@ -340,8 +268,7 @@ def attach() -> LocalCluster | None:
     path = state_file()
     if not path.exists():
         return None
-    cluster = LocalCluster.from_state(json.loads(path.read_text()))
-    return cluster
+    return LocalCluster.from_state(json.loads(path.read_text()))
 
 
 def _save(cluster: LocalCluster) -> None:
@@ -349,19 +276,15 @@ def _save(cluster: LocalCluster) -> None:
     state_file().write_text(json.dumps(cluster.to_state(), indent=1))
 
 
-def up() -> str:
+def up(overrides: Mapping[str, str] | None = None) -> str:
     running = attach()
     if running is not None:
         if any(n.alive for n in running.nodes):
             return running.bootstrap_servers
         state_file().unlink()
-    from kmq._maven import cache_root
-
     work = cache_root() / "run" / "cluster"
-    import shutil
-
     shutil.rmtree(work, ignore_errors=True)
-    cluster = LocalCluster(detached=True, work_dir=work).start()
+    cluster = LocalCluster(detached=True, work_dir=work, overrides=dict(overrides or {})).start()
     _save(cluster)
     print(f"kmq: Kafka {cluster.version} cluster of {cluster.size} nodes up in {cluster.start_seconds:.1f}s, "
           f"logs {work}/node-*/broker.log", file=sys.stderr)
@@ -373,8 +296,6 @@ def down() -> bool:
     if cluster is None:
         return False
     cluster.stop()
-    import shutil
-
     shutil.rmtree(cluster.work_dir or "/nonexistent", ignore_errors=True)
     state_file().unlink()
     return True
@@ -396,10 +317,16 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Run a local three-node Kafka cluster from Maven jars.")
     parser.add_argument("command", choices=["up", "down", "status", "kill", "stop", "restart"])
     parser.add_argument("node", nargs="?", type=int, help="node id (1-3) for kill, stop and restart")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting for every node (up only), e.g. broker.session.timeout.ms=9000")
     args = parser.parse_args(argv)
+    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
+    if len(overrides) != len(args.set):
+        parser.error("--set takes KEY=VALUE")
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... status | head -1`
     try:
         if args.command == "up":
-            print(up())
+            print(up(overrides))
             return 0
         if args.command == "down":
             print("kmq: cluster stopped" if down() else "kmq: no local cluster was running", file=sys.stderr)

@@ -1,0 +1,90 @@
+"""The replicated cluster for the fault tests: three KRaft nodes, RF 3, min.insync.replicas 2.
+
+``KMQ_CLUSTER_BOOTSTRAP_SERVERS`` set: the cluster `make cluster-up` started (its nodes are found through its state
+file, since the tests kill and restart them); else a LocalCluster started for the session and stopped at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from kmq import Config
+from kmq.control import control_topic
+from kmq.testing.cluster import LocalCluster, attach
+from kmq.topics import create_topics
+
+#: One line per fault, printed at the end of the session (the figures the issue asks for).
+REPORT: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    wanted = os.environ.get("KMQ_CLUSTER_BOOTSTRAP_SERVERS")
+    if wanted:
+        running = attach()
+        if running is None or running.bootstrap_servers != wanted:
+            pytest.fail(f"KMQ_CLUSTER_BOOTSTRAP_SERVERS={wanted} is not the cluster `make cluster-up` started "
+                        "(the fault tests kill and restart its nodes, so they need its state file); unset it to "
+                        "let the tests start their own", pytrace=False)
+        yield running
+        return
+    with LocalCluster() as started:
+        print(f"\nkmq: local Kafka cluster {started.bootstrap_servers} started in {started.start_seconds:.1f}s")
+        yield started
+
+
+@pytest.fixture
+def whole_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """Every node up and every partition fully replicated before and after the test (a failed test may leave a
+    node down)."""
+    _heal(cluster)
+    yield cluster
+    _heal(cluster)
+
+
+def _heal(cluster: LocalCluster) -> None:
+    for node in cluster.nodes:
+        if not node.alive:
+            cluster.restart(node.node_id)
+    cluster.admin().wait_in_sync(120)
+
+
+ClusterConfig = Callable[..., Config]
+
+
+@pytest.fixture
+def cluster_config(whole_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[ClusterConfig]:
+    """Makes a Config on fresh kmq topics replicated three times (deleted afterwards)."""
+    made: list[Config] = []
+
+    def make(partitions: int = 6, marker_partitions: int = 3, **fields: object) -> Config:
+        base = f"{request.node.name[:24].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+        config = Config(bootstrap_servers=whole_cluster.bootstrap_servers, message_topic=f"{base}.messages",
+                        marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
+        create_topics(config, partitions=partitions, marker_partitions=marker_partitions, replication_factor=3)
+        made.append(config)
+        return config
+
+    yield make
+    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c))]
+    if topics:
+        admin = AdminClient({"bootstrap.servers": whole_cluster.bootstrap_servers, "log_level": 0})
+        for future in admin.delete_topics(topics, operation_timeout=60).values():
+            try:
+                future.result(timeout=60)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if REPORT:
+        terminalreporter.section("cluster faults: recovery and duplicates")
+        for line in REPORT:
+            terminalreporter.write_line(line)

@@ -1,12 +1,8 @@
-"""The replicated cluster for the fault tests: three KRaft nodes, RF 3, min.insync.replicas 2.
-
-``KMQ_CLUSTER_BOOTSTRAP_SERVERS`` set: the cluster `make cluster-up` started (its nodes are found through its state
-file, since the tests kill and restart them); else a LocalCluster started for the session and stopped at its end.
-"""
+"""The replicated cluster for the fault tests (three KRaft nodes, RF 3, min.insync.replicas 2): `make cluster-up`'s
+when ``KMQ_CLUSTER_BOOTSTRAP_SERVERS`` names it, else one started for the session (tests/cluster/session.py)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -16,8 +12,10 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import Config
 from kmq.control import control_topic
-from kmq.testing.cluster import LocalCluster, attach
+from kmq.testing.broker import BrokerError
+from kmq.testing.cluster import LocalCluster
 from kmq.topics import create_topics
+from tests.cluster.session import session_cluster
 
 #: One line per fault, printed at the end of the session (the figures the issue asks for).
 REPORT: list[str] = []
@@ -25,18 +23,11 @@ REPORT: list[str] = []
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
-    wanted = os.environ.get("KMQ_CLUSTER_BOOTSTRAP_SERVERS")
-    if wanted:
-        running = attach()
-        if running is None or running.bootstrap_servers != wanted:
-            pytest.fail(f"KMQ_CLUSTER_BOOTSTRAP_SERVERS={wanted} is not the cluster `make cluster-up` started "
-                        "(the fault tests kill and restart its nodes, so they need its state file); unset it to "
-                        "let the tests start their own", pytrace=False)
-        yield running
-        return
-    with LocalCluster() as started:
-        print(f"\nkmq: local Kafka cluster {started.bootstrap_servers} started in {started.start_seconds:.1f}s")
-        yield started
+    try:
+        with session_cluster() as running:
+            yield running
+    except BrokerError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture

@@ -55,6 +55,17 @@ class FaultFigures:
 Injector = Callable[[LocalCluster, Config, Traffic], list[Fault]]
 
 
+def queue_apart_from_controller(cluster: LocalCluster, prefix: str) -> str:
+    """A queue name whose consumer group is coordinated by a node other than the active controller, so that a
+    coordinator kill and a controller kill are two different faults (each node also leads partitions)."""
+    controller = cluster.active_controller()
+    for i in range(50):
+        name = f"{prefix}-{i}"
+        if cluster.coordinator(consumer_group(name)) != controller:
+            return name
+    raise AssertionError(f"every group tried is coordinated by the controller (node {controller})")
+
+
 def _recovered(traffic: Traffic, since: float) -> Callable[[], bool]:
     def check() -> bool:
         now = time.time()

@@ -22,6 +22,7 @@ from tests.cluster.faults import (
     coordinator_kill,
     figures,
     leader_kill,
+    queue_apart_from_controller,
     rolling_restart,
     summary,
 )
@@ -41,7 +42,7 @@ def run_fault(name: str, inject: Injector, cluster: LocalCluster, cluster_config
               tmp_path: Path) -> None:
     run_id = uuid.uuid4().hex[:6]
     config = cluster_config(redelivery_timeout_ms=REDELIVERY_TIMEOUT_MS, tracker_group=f"trackers-{run_id}")
-    traffic = Traffic(config, f"jobs-{run_id}", tmp_path)
+    traffic = Traffic(config, queue_apart_from_controller(cluster, f"jobs-{run_id}"), tmp_path)
     try:
         traffic.start()
         traffic.produce(RATE_PER_S)

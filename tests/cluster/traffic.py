@@ -35,6 +35,8 @@ MAX_MESSAGES = 1_000_000
 WORKERS = 2
 TRACKERS = 2
 HARNESS_ENV = ("KMQ_CLUSTER_", "KMQ_FAULT_")
+#: The workers' handler: one that also notes the consumer's waits can be swapped in to see where time goes.
+HANDLER = os.environ.get("KMQ_FAULT_HANDLER", "tests.cluster.handlers:note")
 
 
 @dataclass
@@ -105,8 +107,8 @@ class Traffic:
         for i in range(1, TRACKERS + 1):
             self._spawn(f"tracker-{i}", ["-m", "redelivery"], metrics=True)
         for i in range(1, WORKERS + 1):
-            self._spawn(f"worker-{i}", ["-m", "kmq.cli", "worker", os.environ.get("KMQ_FAULT_HANDLER", "tests.cluster.handlers:note"), "--queue",
-                                        self.queue, "--concurrency", str(self.concurrency)], metrics=True)
+            self._spawn(f"worker-{i}", ["-m", "kmq.cli", "worker", HANDLER, "--queue", self.queue,
+                                        "--concurrency", str(self.concurrency)], metrics=True)
         admin = AdminClient({"bootstrap.servers": self.config.bootstrap_servers, "log_level": 0})
         joined = wait_for(lambda: _members(admin, consumer_group(self.queue)) == WORKERS
                           and _members(admin, self.config.tracker_group) == TRACKERS, timeout_s, interval_s=0.5)

@@ -2,7 +2,6 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY kmq ./kmq
-COPY redelivery ./redelivery
 COPY examples ./examples
 RUN pip install --no-cache-dir .
 ENV PYTHONUNBUFFERED=1

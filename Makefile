@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 kafka-fetch: $(STAMP)
 	$(PY) -m kmq.testing.broker fetch
-	$(PY) -c 'from kmq.audit import connector_jars; connector_jars()'
+	$(PY) -c 'from kmq.ops.audit import connector_jars; connector_jars()'
 
 test: kafka-fetch
 	$(PY) -m pytest tests/unit tests/functional
@@ -29,8 +29,9 @@ functional: kafka-fetch
 	$(PY) -m pytest tests/functional
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq redelivery tests
-	$(VENV)/bin/mypy kmq redelivery
+	$(VENV)/bin/ruff check kmq tests
+	$(VENV)/bin/mypy kmq
+	$(VENV)/bin/lint-imports --no-cache
 
 kafka-up: kafka-fetch
 	@$(PY) -m kmq.testing.broker up
@@ -60,7 +61,7 @@ bench-quick: kafka-fetch
 
 # Regenerates the committed protobuf modules from the .proto files.
 proto: $(STAMP)
-	$(PY) -m grpc_tools.protoc -Ikmq/proto --python_out=kmq/_proto --pyi_out=kmq/_proto kmq/proto/kmq_marker.proto
+	$(PY) -m grpc_tools.protoc -Ikmq/wire/proto --python_out=kmq/wire/_proto --pyi_out=kmq/wire/_proto kmq/wire/proto/kmq_marker.proto
 	$(PY) -m grpc_tools.protoc -Itests/interop --python_out=tests/interop/_proto --pyi_out=tests/interop/_proto tests/interop/kafka_mq_v1.proto
 
 clean:

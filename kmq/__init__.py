@@ -1,9 +1,14 @@
-"""kmq: SQS-style queues with per-message acknowledgement on Apache Kafka."""
+"""kmq: SQS-style queues with per-message acknowledgement on Apache Kafka.
 
+The package's rooms, from the bottom up (imports only go down; ``make lint`` checks it with import-linter):
+``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``config`` → ``_kafka`` (the confluent-kafka
+edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent of each other)
+→ ``service``, ``cli``, ``demo``. See the README's "Architecture" section.
+"""
 
 from kmq import logs
+from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
-from kmq.consumer import Consumer
 from kmq.delivery import Delivery
 from kmq.errors import (
     ConfigError,
@@ -17,34 +22,49 @@ from kmq.errors import (
     PayloadError,
     PayloadTooLargeError,
     Reject,
+    TimeLimitExceeded,
     TopicError,
+    UndeliveredMarkersError,
 )
-from kmq.message import Message
-from kmq.producer import Producer
+from kmq.redelivery import RedeliveryTracker
 from kmq.service import Queue, Service
 from kmq.wire import MessageId
+from kmq.worker import Backoff, Handler, Worker
 
-__all__ = [
+__version__ = "0.2.0"
+
+__all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
+    # entry points and clients
     "Config",
-    "ConfigError",
     "Consumer",
-    "ConsumerClosedError",
+    "Producer",
+    "Queue",
+    "Service",
+    # the worker runtime and the tracker
+    "Backoff",
+    "Handler",
+    "RedeliveryTracker",
+    "Worker",
+    # values
     "Delivery",
+    "Message",
+    "MessageId",
+    # errors (all rooted at KmqError; TimeLimitExceeded is a BaseException, like KeyboardInterrupt)
+    "ConfigError",
+    "ConsumerClosedError",
     "DeliveryError",
     "InvalidQueueNameError",
     "KafkaClientError",
     "KmqError",
     "MarkerDecodeError",
-    "Message",
-    "MessageId",
     "MessageSettledError",
     "PayloadError",
     "PayloadTooLargeError",
-    "Producer",
-    "Queue",
     "Reject",
-    "Service",
+    "TimeLimitExceeded",
     "TopicError",
+    "UndeliveredMarkersError",
+    "__version__",
 ]
 
 # A library must not write to stdout: structlog's default does, unless the application configured it.

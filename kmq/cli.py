@@ -236,7 +236,7 @@ def _fail(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> int
 
 
 def cmd_topics(config: Config, args: argparse.Namespace) -> int:
-    from kmq.topics import check_topics, create_topics
+    from kmq._kafka.topics import check_topics, create_topics
 
     if args.action == "create":
         for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
@@ -268,8 +268,9 @@ def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
 
 
 def cmd_send(config: Config, args: argparse.Namespace) -> int:
-    from kmq.service import Service, validate_queue_name
-    from kmq.topics import check_topics
+    from kmq._kafka.topics import check_topics
+    from kmq.service import Service
+    from kmq.wire import validate_queue_name
 
     validate_queue_name(args.queue)
     check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
@@ -295,7 +296,7 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
-    from kmq.service import validate_queue_name
+    from kmq.wire import validate_queue_name
     from kmq.worker import Backoff, Worker, load_handler
 
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
@@ -316,7 +317,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_tracker(config: Config, args: argparse.Namespace) -> int:
-    from redelivery.cli import run
+    from kmq.redelivery.cli import run
 
     if args.metrics_port is not None:
         config = config.replace(metrics_port=args.metrics_port)
@@ -326,7 +327,7 @@ def cmd_tracker(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
-    from kmq.stats import collect
+    from kmq.ops.stats import collect
 
     rows = collect(config, args.queue, _progress)
     if sys.stderr.isatty():
@@ -355,7 +356,7 @@ def _progress(topic: str, done: int, total: int) -> None:
 
 
 def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
-    from kmq.dlq import list_dead_letters, redrive
+    from kmq.ops.dlq import list_dead_letters, redrive
 
     if args.action == "redrive":
         print(f"redrove {redrive(config, args.queue, args.limit)} message(s) onto {args.queue!r}")
@@ -368,8 +369,8 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_pause(config: Config, args: argparse.Namespace) -> int:
-    from kmq import control
-    from kmq.service import validate_queue_name
+    from kmq._kafka import control
+    from kmq.wire import validate_queue_name
 
     control.pause(config, validate_queue_name(args.queue), _time_ms(args.until))
     print(f"paused {args.queue!r}" + (f" until {args.until.isoformat()}" if args.until else " until resumed"))
@@ -377,8 +378,8 @@ def cmd_pause(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_resume(config: Config, args: argparse.Namespace) -> int:
-    from kmq import control
-    from kmq.service import validate_queue_name
+    from kmq._kafka import control
+    from kmq.wire import validate_queue_name
 
     control.resume(config, validate_queue_name(args.queue))
     print(f"resumed {args.queue!r}")
@@ -386,8 +387,8 @@ def cmd_resume(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_purge(config: Config, args: argparse.Namespace) -> int:
-    from kmq import control
-    from kmq.service import validate_queue_name
+    from kmq._kafka import control
+    from kmq.wire import validate_queue_name
 
     before = control.purge(config, validate_queue_name(args.queue), _time_ms(args.before))
     when = datetime.fromtimestamp(before / 1000, UTC).isoformat(timespec="milliseconds")
@@ -397,8 +398,8 @@ def cmd_purge(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
-    from kmq.inspect import inspect_message
-    from kmq.service import validate_queue_name
+    from kmq.ops.inspect import inspect_message
+    from kmq.wire import validate_queue_name
 
     life = inspect_message(config, validate_queue_name(args.queue), args.message_id)
     if args.json:
@@ -423,7 +424,7 @@ AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "rede
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     try:
-        from kmq.audit.job import AuditOptions, run
+        from kmq.ops.audit.job import AuditOptions, run
     except ImportError as err:
         raise KmqError(f"kmq audit needs the spark extra: pip install 'kmq[spark]' ({err})") from err
     options = AuditOptions(queues=tuple(args.queue), from_ms=_time_ms(args.from_time), to_ms=_time_ms(args.to_time),

@@ -25,7 +25,6 @@ REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER = "auto", "cooperative", 
 REBALANCE_PROTOCOLS = (REBALANCE_AUTO, REBALANCE_COOPERATIVE, REBALANCE_EAGER)
 #: The partition.assignment.strategy of each protocol; the eager one is kafka-mq-go's (librdkafka's default).
 ASSIGNMENT_STRATEGIES = {REBALANCE_COOPERATIVE: "cooperative-sticky", REBALANCE_EAGER: "range,roundrobin"}
-MAX_QUEUE_NAME_LENGTH = 200
 #: ``expired_messages`` values.
 EXPIRED_ACTIONS = ("dead-letter", "drop")
 ENV_PREFIX = "KMQ_"
@@ -82,7 +81,7 @@ class Config:
 
     bootstrap_servers: str
     message_topic: str = "kmq.messages"
-    marker_topic: str = "kmq.markers"
+    marker_topic: str = "kmq.wire.markers"
     #: Where rejected and over-delivered messages go; "" means ``<message_topic>.dlq``.
     dead_letter_topic: str = ""
     redelivery_timeout_ms: int = 60_000

@@ -20,13 +20,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from kmq import logs
+from kmq._kafka.topics import create_topics
 from kmq.cli import format_table
 from kmq.config import Config
-from kmq.lifecycle import QueueSummary
+from kmq.ops.lifecycle import QueueSummary
+from kmq.ops.stats import MarkerScanner, waiting_first_ids
 from kmq.service import Service
-from kmq.stats import MarkerScanner, waiting_first_ids
 from kmq.testing.broker import LocalKafka
-from kmq.topics import create_topics
 from kmq.wire import MessageId
 
 QUEUES = ("emails", "thumbnails")
@@ -75,7 +75,7 @@ def send_jobs(config: Config) -> dict[str, set[MessageId]]:
 def run(config: Config, logs_dir: Path) -> int:
     create_topics(config, partitions=6, marker_partitions=3)
     env = environment(config)
-    tracker = start(["-m", "redelivery"], env, logs_dir / "tracker.log")
+    tracker = start(["-m", "kmq.redelivery"], env, logs_dir / "tracker.log")
     worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", "4",
                    "--backoff-base", "0.2", "--backoff-max", "1", *[a for q in QUEUES for a in ("--queue", q)]]
     started = time.monotonic()

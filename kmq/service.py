@@ -6,25 +6,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kmq.config import MAX_QUEUE_NAME_LENGTH, Config
-from kmq.consumer import Consumer
-from kmq.errors import InvalidQueueNameError
-from kmq.producer import Producer
-from kmq.topics import TopicStatus, check_topics, create_topics
+from kmq._kafka.topics import TopicStatus, check_topics, create_topics
+from kmq.client.consumer import Consumer
+from kmq.client.producer import Producer
+from kmq.config import Config
+from kmq.wire import validate_queue_name
 from kmq.worker import Handler, Worker
-
-
-def validate_queue_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise InvalidQueueNameError(f"queue name must be a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidQueueNameError("queue name must not be empty")
-    if len(name.encode()) > MAX_QUEUE_NAME_LENGTH:
-        raise InvalidQueueNameError(f"queue name {name[:20]!r}… is {len(name.encode())} bytes; "
-                                    f"the limit is {MAX_QUEUE_NAME_LENGTH}")
-    if not name.isprintable() or name != name.strip():
-        raise InvalidQueueNameError(f"queue name {name!r} must be printable, without surrounding spaces")
-    return name
 
 
 class Queue:
@@ -49,19 +36,19 @@ class Queue:
 
     def pause(self, until: datetime | None = None) -> None:
         """Its consumers take no new messages until ``resume()`` (or ``until``); kept in the control topic."""
-        from kmq import control
+        from kmq._kafka import control
 
         control.pause(self.config, self.name, None if until is None else int(until.timestamp() * 1000))
 
     def resume(self) -> None:
-        from kmq import control
+        from kmq._kafka import control
 
         control.resume(self.config, self.name)
 
     def purge(self, before: datetime | None = None) -> datetime:
         """Settles, without a handler, every message enqueued before ``before`` (default now), in flight ones
         included, as consumers and trackers reach them; returns the time used. Idempotent."""
-        from kmq import control
+        from kmq._kafka import control
 
         before_ms = control.purge(self.config, self.name, None if before is None else int(before.timestamp() * 1000))
         return datetime.fromtimestamp(before_ms / 1000, UTC)

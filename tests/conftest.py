@@ -113,14 +113,16 @@ def marker_format(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[ConfigFactory]:
     """Makes a kmq Config on fresh, uniquely named messages/markers/dead-letter topics (deleted afterwards)."""
+    from kmq._kafka.topics import create_topics
     from kmq.config import Config
-    from kmq.control import control_topic
-    from kmq.topics import create_topics
+    from kmq.wire.control import control_topic
 
     made: list[Config] = []
 
     def make(partitions: int = 3, marker_partitions: int = 2, **fields: object) -> Config:
         base = unique(request.node.name[:30].replace("[", "-").replace("]", "").replace("_", "-"))
+        # A tracker group of its own: a tracker left over from another test (or session) never joins this one's.
+        fields.setdefault("tracker_group", f"{base}.trackers")
         config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
         create_topics(config, partitions=partitions, marker_partitions=marker_partitions)
@@ -128,7 +130,7 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
         return config
 
     yield make
-    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c))]
+    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c.message_topic))]
     if topics:
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             try:

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Consumer, Message
 from kmq._kafka import LEADERSHIP_MOVING
-from redelivery.tracker import RedeliveryTracker
+from kmq.redelivery.tracker import RedeliveryTracker
 from tests.markers_io import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,5 +154,5 @@ def tracker_process(config: Config, *extra: str) -> subprocess.Popen[str]:
     env["KMQ_USE_NOW_IF_NO_MARKER_SEEN_MS"] = str(config.use_now_if_no_marker_seen_ms)
     log_file = tempfile.NamedTemporaryFile(prefix="kmq-tracker-", suffix=".log", delete=False)  # noqa: SIM115
     with log_file:
-        return subprocess.Popen([sys.executable, "-m", "redelivery", *extra], cwd=ROOT, env=env,
+        return subprocess.Popen([sys.executable, "-m", "kmq.redelivery", *extra], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=log_file, text=True)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from kmq.marker_batch import decode_record
-from kmq.markers import Marker
+from kmq.wire.marker_batch import decode_record
+from kmq.wire.markers import Marker
 
 
 def read_topic(bootstrap: str, topic: str, *, until: Callable[[list[Message]], bool] | None = None,

@@ -18,10 +18,10 @@ from confluent_kafka import Producer as RawProducer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kmq import Config, Service, logs
-from kmq.marker_batch import decode_record, encode_starts
-from kmq.markers import Marker, MarkerType, encode
-from kmq.topics import create_topics
+from kmq._kafka.topics import create_topics
 from kmq.wire import MessageId
+from kmq.wire.marker_batch import decode_record, encode_starts
+from kmq.wire.markers import Marker, MarkerType, encode
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, percentiles, write
 from tests.bench.tracker_probe import TrackerProbe
@@ -62,7 +62,7 @@ def raw_topic(admin: AdminClient, partitions: int = PARTITIONS) -> str:
 def tracker(config: Config) -> subprocess.Popen[bytes]:
     """A tracker process that owns the markers partitions, as one deployed before the workers does: one started
     after the markers were written reads them late, and its deadline clock starts that far behind (README)."""
-    proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
     if not wait_for(lambda: members_holding_partitions(admin, config.tracker_group) > 0, timeout_s=60):
@@ -317,7 +317,7 @@ def _write_starts(config: Config, n: int, marker_format: str) -> None:
 
 def _tracker_rebuild(config: Config, n: int) -> tuple[int, float]:
     """Starts a tracker, waits until every partition is rebuilt; returns (peak RSS bytes, rebuild seconds)."""
-    proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds: list[float] = []
     rebuilt: list[int] = []

@@ -12,7 +12,7 @@ from types import TracebackType
 from confluent_kafka import Consumer, TopicPartition
 
 from kmq import Config
-from redelivery.tracker import RedeliveryTracker
+from kmq.redelivery.tracker import RedeliveryTracker
 from tests.bench.results import percentiles
 from tests.markers_io import wait_for
 

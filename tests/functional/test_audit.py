@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Producer as RawProducer
 
 from kmq import Service, wire
-from kmq.audit.job import AuditOptions, run
-from kmq.markers import EndReason, Marker, MarkerType, encode
+from kmq.ops.audit.job import AuditOptions, run
 from kmq.wire import MessageId
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, WorkerProcess, receive_n, tracker_thread
 from tests.markers_io import wait_for
@@ -150,7 +150,7 @@ def test_stats_and_the_audit_classify_what_kafka_mq_go_components_wrote_and_neve
 ) -> None:
     # Exactly what Go components write: a Go tracker copies M and R (key and value only) and writes bare Ends for
     # them (R was released first); a Go consumer acks N with a bare End. kmq consumers then ack the two copies.
-    from kmq.stats import collect
+    from kmq.ops.stats import collect
 
     config = kmq_config(partitions=1, marker_partitions=1)
     with Service(config).queue("go").producer() as producer:

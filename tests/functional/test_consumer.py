@@ -20,8 +20,8 @@ from kmq import (
     Service,
     TopicError,
 )
-from kmq.marker_batch import BATCH_PREFIX, decode_record
-from kmq.markers import EndReason, MarkerType
+from kmq.wire.marker_batch import BATCH_PREFIX, decode_record
+from kmq.wire.markers import EndReason, MarkerType
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream

@@ -7,7 +7,7 @@ import pytest
 
 from kmq import Service
 from kmq.demo import report
-from kmq.stats import MarkerScanner, waiting_first_ids
+from kmq.ops.stats import MarkerScanner, waiting_first_ids
 from kmq.wire import MessageId
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n

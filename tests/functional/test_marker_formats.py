@@ -11,10 +11,10 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as RawProducer
 
 from kmq import Service, _kafka
-from kmq.marker_batch import encode_settles, encode_starts
-from kmq.markers import EndReason, Marker, MarkerType, encode
-from kmq.offset_book import CommitOutcome
+from kmq._kafka.offsets import CommitOutcome
 from kmq.wire import MessageId
+from kmq.wire.marker_batch import encode_settles, encode_starts
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n, tracker_thread
 from tests.markers_io import read_markers, read_topic, wait_for

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from kmq import Config, KafkaClientError, Service
+from kmq.redelivery.tracker import RedeliveryTracker
 from kmq.wire import consumer_group
-from redelivery.tracker import RedeliveryTracker
 from tests.conftest import ConfigFactory
 from tests.helpers import FAST_GROUP, ROOT
 from tests.markers_io import wait_for

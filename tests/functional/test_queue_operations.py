@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from kmq import KmqError, Service
-from kmq.dlq import list_dead_letters
-from kmq.stats import collect
+from kmq.ops.dlq import list_dead_letters
+from kmq.ops.stats import collect
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_expecting, receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
@@ -263,10 +263,11 @@ def test_a_consumer_started_after_a_purge_honours_it(kmq_config: ConfigFactory) 
 
 def test_a_control_topic_whose_last_offset_holds_no_record_is_read_to_its_end(kmq_config: ConfigFactory) -> None:
     """A transaction's commit marker (or a tombstone compacted away) leaves the end offset's predecessor empty."""
-    from kmq.control import PAUSE, ControlFollower, control_topic
+    from kmq._kafka.control import ControlFollower
+    from kmq.wire.control import PAUSE, control_topic
 
     config = kmq_config()
-    write_transaction(config.bootstrap_servers, control_topic(config),
+    write_transaction(config.bootstrap_servers, control_topic(config.message_topic),
                       [((PAUSE + "q").encode(), json.dumps({"until_ms": None}).encode())])
     follower = ControlFollower(config).start()
     try:

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from kmq import Service
-from kmq.markers import MarkerType
+from kmq.wire.markers import MarkerType
 from tests.conftest import ConfigFactory
 from tests.helpers import receive_n
 from tests.markers_io import read_markers

@@ -13,10 +13,10 @@ from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
 from kmq import Config, Service
-from kmq.dlq import list_dead_letters, redrive
-from kmq.markers import Marker, MarkerType, encode
-from kmq.topic_replay import TopicReplay
-from kmq.wire import TRACKER_GROUP, MessageId
+from kmq._kafka.topic_replay import TopicReplay
+from kmq.ops.dlq import list_dead_letters, redrive
+from kmq.wire import MessageId
+from kmq.wire.markers import Marker, MarkerType, encode
 from tests.conftest import ConfigFactory
 from tests.helpers import (
     FAST_GROUP,
@@ -183,7 +183,7 @@ def test_when_one_of_two_tracker_replicas_dies_the_survivor_redelivers_its_messa
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
 
     try:
-        assert wait_for(lambda: members_holding_partitions(admin, TRACKER_GROUP) == 2, timeout_s=30)
+        assert wait_for(lambda: members_holding_partitions(admin, config.tracker_group) == 2, timeout_s=30)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         for name in ("A", "test-queue", "benchmark-q"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer as RawProducer
 
-from kmq import _kafka
-from kmq.topic_replay import TopicReplay
+from kmq._kafka import topic_replay
+from kmq._kafka.topic_replay import TopicReplay
 from tests.conftest import ConfigFactory
 from tests.helpers import write_transaction
 
@@ -21,13 +21,13 @@ def test_records_fetched_past_one_reads_end_are_yielded_by_the_next_read(
     for i in range(10):
         raw.produce(config.message_topic, b"r%d" % i, b"q")
     assert raw.flush(10) == 0
-    real = _kafka.watermarks
+    real = topic_replay.watermarks
     # The first read's end offset is 5 while 10 records are there: its fetches bring records past its end.
-    monkeypatch.setattr(_kafka, "watermarks", lambda *args, **kw: (real(*args, **kw)[0], 5))
+    monkeypatch.setattr(topic_replay, "watermarks", lambda *args, **kw: (real(*args, **kw)[0], 5))
     replay = TopicReplay(config, config.message_topic)
     try:
         first = [r.value() for r in replay.records()]
-        monkeypatch.setattr(_kafka, "watermarks", real)
+        monkeypatch.setattr(topic_replay, "watermarks", real)
         second = [r.value() for r in replay.records()]
         third = [r.value() for r in replay.records()]
     finally:

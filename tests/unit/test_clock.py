@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redelivery.clock import DeadlineClock
+from kmq.redelivery.clock import DeadlineClock
 
 
 class FakeMonotonic:

@@ -9,9 +9,9 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 from structlog.testing import capture_logs
 
 from kmq.errors import KafkaClientError
-from kmq.marker_batch import decode_record, is_batch
+from kmq.redelivery.clock_probe import ClockProbes
 from kmq.wire import CLOCK_PROBE_KEY
-from redelivery.clock_probe import ClockProbes
+from kmq.wire.marker_batch import decode_record, is_batch
 
 
 class _Record:

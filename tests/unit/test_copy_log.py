@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from redelivery.copy_log import CopyLog
+from kmq.redelivery.copy_log import CopyLog
 
 
 def test_copies_of_one_poll_are_summed_per_event_and_queue() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kmq.due_times import LOCAL_HOLD_MS, MAX_HOP_MS, DueTimes
-from kmq.message import Message
+from kmq.client.consumer.due_times import LOCAL_HOLD_MS, MAX_HOP_MS, DueTimes
+from kmq.client.message import Message
 from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT, MessageId
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kmq.intake import Intake
+from kmq.client.consumer.intake import Intake
 from tests.unit.fakes import FakeFetchClient, FakeRecord, Part
 
 PARTS = [Part("m", p) for p in range(6)]

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kmq import _kafka, topics
+from kmq import _kafka
+from kmq._kafka import topics
 from kmq.config import Config
 from kmq.errors import KafkaClientError
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kmq.lifecycle import LifecycleFold
-from kmq.markers import EndReason, Marker, MarkerType
+from kmq.ops.lifecycle import LifecycleFold
 from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire.markers import EndReason, Marker, MarkerType
 
 A, B, C, D = (MessageId(0, i) for i in range(4))
 

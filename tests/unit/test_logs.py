@@ -45,7 +45,7 @@ def test_a_library_user_who_configures_nothing_gets_kmq_logs_on_stderr_never_std
     import subprocess
     import sys
 
-    code = "import kmq\nfrom kmq.producer import log\nlog.warning('kmq_says', where='stderr')\n"
+    code = "import kmq\nfrom kmq.client.producer import log\nlog.warning('kmq_says', where='stderr')\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout == ""
     assert "kmq_says" in result.stderr and "where=stderr" in result.stderr

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
-from kmq.marker_batch import (
+from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire.marker_batch import (
     BATCH_PREFIX,
     decode_batch,
     decode_record,
@@ -19,8 +20,7 @@ from kmq.marker_batch import (
     encode_starts,
     is_batch,
 )
-from kmq.markers import EndReason, Marker, MarkerType, decode, encode
-from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 from tests.unit.fakes import FakeStart
 from tests.unit.test_markers import markers, message_ids

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from kmq import Config
-from kmq.marker_batch import decode_record, is_batch
-from kmq.marker_writer import MarkerWriter
-from kmq.markers import EndReason, Marker, MarkerType, decode
+from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.wire import RELEASE_REASON, MessageId
+from kmq.wire.marker_batch import decode_record, is_batch
+from kmq.wire.markers import EndReason, Marker, MarkerType, decode
 from tests.markers_io import wait_for
 from tests.unit.fakes import FakeProducer, FakeStart
 
@@ -87,7 +87,7 @@ def test_the_kafka_mq_go_format_writes_one_plain_marker_per_start_and_settle() -
         assert [(m.type, m.message_id) for m in decoded] == [
             (MarkerType.START, MessageId(0, 5)), (MarkerType.KEEPALIVE, MessageId(0, 6)),
             (MarkerType.END, MessageId(0, 5))]
-        # An ack says who wrote it: that tells it from a kafka-mq-go End (kmq.lifecycle); keep-alives do not.
+        # An ack says who wrote it: that tells it from a kafka-mq-go End (kmq.ops.lifecycle); keep-alives do not.
         assert decoded[0].instance_id == decoded[2].instance_id == "host:1" and decoded[1].instance_id == ""
         assert decoded[1] == Marker(MarkerType.KEEPALIVE, MessageId(0, 6), 300, reason=RELEASE_REASON)
     finally:

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
-from kmq.markers import EndReason, Marker, MarkerType, decode, encode, encode_end, encode_keep_alive
 from kmq.wire import MessageId
+from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode, encode_end, encode_keep_alive
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 
 GOLDEN = [

@@ -14,7 +14,7 @@ from tests.helpers import free_port
 
 class _Client:
     def __init__(self) -> None:
-        self.topics: dict[str, object] = {"kmq.markers": SimpleNamespace(error=None)}
+        self.topics: dict[str, object] = {"kmq.wire.markers": SimpleNamespace(error=None)}
         self.down = False
         self.calls = 0
 
@@ -27,14 +27,14 @@ class _Client:
 
 def test_the_probe_reports_an_unreachable_broker_and_a_missing_topic_and_caches_its_answer() -> None:
     client, now = _Client(), [0.0]
-    probe = BrokerProbe(client, "kmq.markers", lambda: now[0])
+    probe = BrokerProbe(client, "kmq.wire.markers", lambda: now[0])
     assert probe() is None
     client.down = True
     assert probe() is None and client.calls == 1  # cached for 5 s
     now[0] = 5.0
     assert "broker unreachable" in (probe() or "")
     client.down, client.topics, now[0] = False, {}, 10.0
-    assert probe() == "topic 'kmq.markers' does not exist"
+    assert probe() == "topic 'kmq.wire.markers' does not exist"
 
 
 def test_healthz_is_503_with_the_reason_and_binds_loopback() -> None:

@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kmq.marker_batch import decode_batch, decode_record, encode_hello, encode_settles, encode_starts
-from kmq.markers import Marker, MarkerType
+from kmq.redelivery.partition_state import PartitionState
 from kmq.wire import RELEASE_REASON, RETURN_REASON, MessageId
-from redelivery.partition_state import PartitionState
+from kmq.wire.marker_batch import decode_batch, decode_record, encode_hello, encode_settles, encode_starts
+from kmq.wire.markers import Marker, MarkerType
 from tests.unit.fakes import FakeStart
 
 IDS = st.integers(0, 7).map(lambda i: MessageId(i % 2, i))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from kmq import Config
-from kmq.marker_batch import decode_record
-from kmq.markers import EndReason, MarkerType, decode
+from kmq.redelivery.partition_state import InFlight
+from kmq.redelivery.redeliverer import Attempt, Redeliverer, Step
 from kmq.wire import MessageId
-from redelivery.partition_state import InFlight
-from redelivery.redeliverer import Attempt, Redeliverer, Step
+from kmq.wire.marker_batch import decode_record
+from kmq.wire.markers import EndReason, MarkerType, decode
 from tests.unit.fakes import FakeProducer
 
 

@@ -8,15 +8,16 @@ from collections.abc import Mapping
 import pytest
 
 from kmq import Config
-from kmq.commit_policy import CommitPolicy
-from kmq.intake import Intake
-from kmq.marker_batch import decode_record
-from kmq.marker_writer import MarkerWriter
-from kmq.markers import MarkerType
-from kmq.message import Message
-from kmq.offset_book import CommitOutcome, OffsetBook, TopicPartitionKey
-from kmq.start_pipeline import StartPipeline
+from kmq._kafka.commit_policy import CommitPolicy
+from kmq._kafka.offsets import CommitOutcome
+from kmq.client.consumer.intake import Intake
+from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
+from kmq.client.consumer.start_pipeline import StartPipeline
+from kmq.client.message import Message
 from kmq.wire import MessageId
+from kmq.wire.marker_batch import decode_record
+from kmq.wire.markers import MarkerType
 from tests.unit.fakes import FakeFetchClient, FakeProducer, FakeRecord, Part
 
 

@@ -6,11 +6,11 @@ import contextlib
 import threading
 import time
 
+from kmq.client.message import Message
 from kmq.errors import TimeLimitExceeded
-from kmq.handler_runner import ThreadRunner
-from kmq.message import Message
-from kmq.time_limit import TimeLimits, Watch
 from kmq.wire import MessageId
+from kmq.worker.handler_runner import ThreadRunner
+from kmq.worker.time_limit import TimeLimits, Watch
 
 
 class _NoSettler:

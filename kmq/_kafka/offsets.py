@@ -1,0 +1,68 @@
+"""Offsets: synchronous commits with their outcome, and watermark queries that ride out a moving leader."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+COMMIT_ATTEMPTS = 3
+
+
+class CommitOutcome(enum.Enum):
+    COMMITTED = "committed"
+    #: This member no longer owns the partitions (rebalance): retrying cannot succeed.
+    FENCED = "fenced"
+    FAILED = "failed"
+
+
+def watermarks(consumer: KafkaConsumer, tp: TopicPartition, timeout_s: float, what: str,
+               sleep: Callable[[float], None] = time.sleep) -> tuple[int, int]:
+    """The low and high watermarks of ``tp``, retrying transient errors for up to ``timeout_s``; a
+    KafkaClientError naming ``what`` (e.g. "end offsets of 'q.control'") once they persist or are not transient."""
+    deadline = time.monotonic() + timeout_s
+    pause_s = 0.05
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            transient = err is not None and (err.retriable() or err.code() in LEADERSHIP_MOVING
+                                             or err.code() == KafkaError._TIMED_OUT)
+            if not transient or time.monotonic() + pause_s >= deadline:
+                raise to_kmq_error(exc, what) from exc
+            log.debug("offsets_query_retried", of=what, error=err.str() if err else str(exc))
+        sleep(pause_s)
+        pause_s = min(pause_s * 2, 1.0)
+
+
+def commit(consumer: KafkaConsumer, offsets: Mapping[tuple[str, int], int], what: str,
+           attempts: int = COMMIT_ATTEMPTS) -> CommitOutcome:
+    """Commits ``offsets`` synchronously, retrying transient errors; FENCED when this member lost the partitions."""
+    partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+    for attempt in range(1, attempts + 1):
+        try:
+            results = consumer.commit(offsets=partitions, asynchronous=False) or []
+            errors = [tp.error for tp in results if tp.error is not None]
+            if not errors:
+                return CommitOutcome.COMMITTED
+            error: KafkaError = errors[0]
+        except KafkaException as exc:
+            error = exc.args[0]
+        if error.code() in OWNERSHIP_LOST:
+            log.info("commit_fenced", of=what, error=error.str())
+            return CommitOutcome.FENCED
+        log.warning("commit_failed", of=what, error=error.str(), attempt=attempt)
+        time.sleep(0.2 * attempt)
+    return CommitOutcome.FAILED
+
+

@@ -1,0 +1,115 @@
+"""The three kmq topics: create them with the settings kmq relies on, or check existing ones."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+
+from kmq._kafka.errors import to_kmq_error
+from kmq._kafka.settings import base_settings
+from kmq.config import Config
+from kmq.errors import KafkaClientError, TopicError
+from kmq.wire.control import control_topic
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+# The tracker's deadlines run on broker time: CreateTime would let one skewed host's clock fire everyone's.
+MARKER_TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    name: str
+    #: What the topic has now (an existing topic keeps its own count).
+    partitions: int
+    created: bool
+    requested: int
+
+
+def _admin(config: Config) -> AdminClient:
+    return AdminClient(base_settings(config, "kmq-admin"))
+
+
+def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int = 3,
+                  replication_factor: int = 1, timeout_s: float = 30.0) -> list[TopicStatus]:
+    """Creates the messages, markers (LogAppendTime), dead-letter and control topics; existing ones are checked."""
+    for name, value in (("partitions", partitions), ("marker_partitions", marker_partitions),
+                        ("replication_factor", replication_factor)):
+        if value < 1:
+            raise TopicError(f"{name} must be at least 1, got {value}")
+    admin = _admin(config)
+    wanted = [
+        NewTopic(config.message_topic, partitions, replication_factor),
+        NewTopic(config.marker_topic, marker_partitions, replication_factor, config=dict(MARKER_TOPIC_CONFIG)),
+        NewTopic(config.dlq_topic, marker_partitions, replication_factor),
+        # Pause and purge records: one partition, compacted (the latest per queue is what counts).
+        NewTopic(control_topic(config.message_topic), 1, replication_factor, config={"cleanup.policy": "compact"}),
+    ]
+    created_now: dict[str, bool] = {}
+    for topic, future in admin.create_topics(wanted, operation_timeout=timeout_s,
+                                             request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created = True
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise to_kmq_error(exc, f"cannot create topic {topic!r}") from exc
+            created = False
+        except TimeoutError:
+            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s}s",
+                                   retriable=True) from None
+        log.info("topic_ready", topic=topic, created=created)
+        created_now[topic] = created
+    _wait_until_served(admin, [t.topic for t in wanted], config, timeout_s)
+    actual = check_topics(config, timeout_s=timeout_s, admin=admin)
+    return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions)
+            for t in wanted]
+
+
+def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, timeout_s: float) -> None:
+    """Waits until the broker's metadata lists every topic with a leader for each partition: a topic's creation
+    is acknowledged by the controller before the brokers serve it, and a client that asks at once (a consumer or
+    tracker started right after `kmq topics create`) would be told it does not exist."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            meta = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
+                                   f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+        waiting = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None
+                   or any(p.leader < 0 for p in meta.topics[t].partitions.values())]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaClientError(f"topics {', '.join(map(repr, waiting))} were created but have no leader "
+                                   f"after {timeout_s:.0f}s", retriable=True)
+        time.sleep(0.1)
+
+
+def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None) -> dict[str, int]:
+    """Verifies the topics exist and the markers topic uses LogAppendTime; returns partitions per topic."""
+    admin = admin or _admin(config)
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
+                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+    found: dict[str, int] = {}
+    for topic in (config.message_topic, config.marker_topic, config.dlq_topic):
+        info = meta.topics.get(topic)
+        if info is None or info.error is not None:
+            raise TopicError(f"topic {topic!r} does not exist: create it with `kmq topics create`")
+        found[topic] = len(info.partitions)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, config.marker_topic)
+    described = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    ts_type = described["message.timestamp.type"].value
+    if ts_type != "LogAppendTime":
+        raise TopicError(f"markers topic {config.marker_topic!r} has message.timestamp.type={ts_type}; "
+                         "kmq needs LogAppendTime (kafka-configs --alter --add-config "
+                         "message.timestamp.type=LogAppendTime)")
+    return found

@@ -1,0 +1,475 @@
+"""Consumer: reads one logical queue and hands out its messages; a facade over four named parts.
+
+Data path: the **Intake** fetches records and holds the backlog (pausing fetching when it is long) → the
+**StartPipeline** turns this queue's records into Messages, has the **MarkerWriter** write their Starts (one record
+per batch), enters the batch's offsets in the **OffsetBook** once the Starts are durable, commits, and hands the
+messages out → the worker settles each with an O(1) append to the MarkerWriter, which writes settles in batches.
+A background thread owns the Kafka consumer and never blocks on workers; another writes keep-alives for every
+message in flight (Started, buffered or handed out).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+
+import structlog
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
+
+from kmq import _kafka, wire
+from kmq._kafka import PolledProducer
+from kmq._kafka.commit_policy import CommitPolicy
+from kmq._kafka.control import ControlFollower
+from kmq._kafka.offsets import CommitOutcome
+from kmq._util import take_all
+from kmq.client.consumer.due_times import DueTimes
+from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
+from kmq.client.consumer.intake import Intake, Record
+from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
+from kmq.client.consumer.start_pipeline import StartPipeline, to_message
+from kmq.client.message import Message
+from kmq.config import Config
+from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
+from kmq.wire.control import ControlState
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+IDLE_COMMIT_S = 5.0
+CLIENT_WARNING_EVERY_S = 30.0
+
+
+class Consumer:
+    """Receives messages of one queue (consumer group ``kafka-mq-<queue>``). Thread-safe.
+
+    ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
+    ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
+    outstanding markers, commits and leaves the group.
+    """
+
+    def __init__(self, config: Config, queue: str) -> None:
+        self._config = config
+        self._queue = queue
+        self._key = queue.encode()
+        self._log = log.bind(queue=queue)
+        self._fatal: KmqError | None = None
+        self._closed = False
+        self._stop = threading.Event()
+        self.rebalances = 0
+        self._assigned: frozenset[int] = frozenset()
+        self._last_client_warning = 0.0
+        self._purged_up_to = 0
+        self._ready: deque[Message] = deque()
+        #: Messages read before their due time and held until it (loop thread).
+        self._due = DueTimes()
+        self._ready_cond = threading.Condition()
+        self._room_freed = threading.Event()
+        self._waiting_for_room = False
+        self._wake_countdown = 0
+        self._quarter = max(1, min(config.receive_buffer_capacity, config.max_in_flight) // 4)
+        self._keep_alive_s = config.keep_alive_interval_ms / 1000
+        self._producer = PolledProducer(
+            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}")
+        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=_kafka.instance_id(),
+                                    client_id=config.client_id)
+        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._wake_loop)
+        #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
+        self._at_most_once = queue in config.at_most_once_queues
+        self._settler: InFlightMessages | AtMostOnceMessages = (
+            AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
+        self._eager = config.eager_rebalance
+        self._join_watch = _kafka.GroupJoinWatch(wire.consumer_group(queue), config.assignment_strategy,
+                                                 config.connect_timeout_ms / 1000)
+        self._control = ControlFollower(config, on_change=self._on_control)
+        self._kafka = KafkaConsumer({
+            **_kafka.consumer_settings(config, wire.consumer_group(queue), f"kmq-consumer-{queue}"),
+            "error_cb": self._on_client_error,
+        })
+        self._intake = Intake(self._kafka, self._key, self._on_record_error, config.receive_buffer_capacity,
+                              config.max_read_ahead_records)
+        self._book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
+        self._pipeline = StartPipeline(
+            key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
+            to_message=self._to_message, commit=self._commit, hand_out=self._hand_out,
+            start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop,
+            write_starts=not self._at_most_once)
+        try:
+            self._check_topics()
+            self._control.start()
+            self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
+            self._kafka.subscribe([config.message_topic], on_assign=self._on_assign,
+                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
+        except BaseException:
+            self._kafka.close()
+            self._control.close()
+            self._in_flight.close()
+            self._writer.close(0)
+            self._producer.close(0)
+            raise
+        self._loop_thread = threading.Thread(target=self._loop, name=f"kmq-consumer-{queue}", daemon=True)
+        self._loop_thread.start()
+
+    # --- the worker's side --------------------------------------------------------------------------
+
+    @property
+    def queue(self) -> str:
+        return self._queue
+
+    @property
+    def assignment(self) -> frozenset[int]:
+        """Messages-topic partitions this consumer owns now."""
+        return self._assigned
+
+    @property
+    def fetch_paused(self) -> bool:
+        """True while fetching is paused because the local backlog of read records is full."""
+        return self._intake.paused
+
+    @property
+    def paused(self) -> bool:
+        """True while the queue is paused (``kmq pause``) as this consumer's control follower last saw it."""
+        return self._paused_now()
+
+    @property
+    def records_read(self) -> int:
+        """Records read from the messages topic, this queue's and others' (read amplification)."""
+        return self._intake.records_read
+
+    @property
+    def in_flight(self) -> int:
+        """Messages read and not yet settled (Started, buffered or handed out)."""
+        return len(self._in_flight)
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None after ``timeout`` seconds (None waits for ever)."""
+        if self._ready and not self._closed and self._fatal is None:
+            try:  # the common case under load, without the waiting machinery
+                message = self._ready.popleft()
+            except IndexError:
+                pass
+            else:
+                self._wake_loop()
+                if not (self._purged_up_to and message._settled_as):  # else purged while buffered
+                    return message
+        got = self.receive_many(1, timeout)
+        return got[0] if got else None
+
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_messages`` messages as soon as at least one is ready; [] after ``timeout`` seconds."""
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready = self._ready
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            if self._closed:
+                raise ConsumerClosedError(f"consumer of queue {self._queue!r} is closed")
+            got: list[Message] = []
+            try:
+                while len(got) < max_messages:
+                    got.append(ready.popleft())
+            except IndexError:
+                pass
+            if got:
+                self._wake_loop()
+                if self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
+                    got = [m for m in got if not m._settled_as]
+                if got:
+                    return got
+            remaining = 0.2 if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            with self._ready_cond:
+                if not ready:
+                    self._ready_cond.wait(min(0.2, remaining))
+
+    def __iter__(self) -> Iterator[Message]:
+        while not self._closed:
+            try:
+                msg = self.receive(0.5)
+            except ConsumerClosedError:
+                return
+            if msg is not None:
+                yield msg
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Waits until every marker written so far (acks included) is durable; returns how many records are not."""
+        return self._writer.flush(timeout)
+
+    @property
+    def failure(self) -> str | None:
+        """Why this consumer stopped working (a fatal Kafka error), or None."""
+        return None if self._fatal is None else str(self._fatal)
+
+    @property
+    def metadata_client(self) -> KafkaProducer:
+        """A client whose ``list_topics`` probes the broker (for health checks)."""
+        return self._producer.client
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stops fetching, gives back messages never received and releases received ones still unsettled, writes
+        outstanding markers, commits and leaves the group, all within about ``timeout`` seconds even when the
+        broker is down.
+
+        Raises UndeliveredMarkersError when markers (acks included) could not be written durably, since the start
+        or within ``timeout``: those messages will be delivered again.
+        """
+        if self._closed:
+            return
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        self._stop.set()
+        self._loop_thread.join(left())  # a commit to an unreachable broker may block it: close goes on anyway
+        if self._fatal is None:
+            # Batches whose Starts are on the wire: commit them, so they are given back below, not read again.
+            self._pipeline.advance(block=True, timeout_s=min(left(), self._pipeline.start_timeout_s))
+        self._closed = True
+        with self._ready_cond:
+            # Popped one by one (atomic): a message a racing receive got is not counted as never received.
+            never_received = {m.message_id for m in [*take_all(self._ready), *self._due.take_all()]}
+            self._ready_cond.notify_all()
+        unsettled = self._in_flight.close()
+        for message_id in unsettled:
+            if message_id in never_received:
+                self._writer.give_back(message_id)  # no handler saw it: its delivery count stays
+            else:
+                self._writer.release(message_id, 0)
+        if unsettled:
+            self._log.info("consumer_close_released", released=len(unsettled) - len(never_received),
+                           returned=len(never_received))
+        remaining = self._writer.close(left())
+        remaining += self._producer.close(left())
+        undelivered = remaining + self._writer.undelivered
+        if self._book and self._fatal is None and not remaining:
+            self._commit(self._book.pending(), attempts=1)
+        if self._at_most_once and never_received and self._fatal is None:
+            # Committed but never received (no Start holds them): commit back to the first of each partition, so
+            # the next consumer reads them. Received ones are earlier in each partition, so none comes twice.
+            first: dict[TopicPartitionKey, int] = {}
+            for mid in never_received:
+                tp = (self._config.message_topic, mid.partition)
+                first[tp] = min(first.get(tp, mid.offset), mid.offset)
+            _kafka.commit(self._kafka, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
+        self._control.close()
+        _close_within(self._kafka, left() + 1.0, self._log)
+        if undelivered:
+            self._log.error("markers_undelivered_at_close", undelivered=undelivered)
+            raise UndeliveredMarkersError(
+                f"consumer of queue {self._queue!r}: {undelivered} marker record(s) were not written to "
+                f"{self._config.marker_topic!r} (acks among them are lost: those messages will be delivered "
+                "again)", undelivered)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # --- the settle side wakes the loop ------------------------------------------------------------------
+
+    def _on_control(self, state: ControlState) -> None:
+        """On the control follower's thread: a purge reaches the messages already in flight here."""
+        before = state.purged_before.get(self._queue)
+        if before is not None and before > self._purged_up_to:
+            self._purged_up_to = before
+            purged = self._in_flight.purge_before(before)
+            if purged:
+                self._log.info("purged_in_flight", purged=purged, before_ms=before)
+
+    def _wake_loop(self) -> None:
+        """After a receive or a settle: wakes the loop once enough room is free (a quarter of the buffer), not
+        once per message, and without computing the room here (this runs once or twice per message)."""
+        if self._waiting_for_room:
+            self._wake_countdown -= 1  # not atomic: a lost decrement only makes the loop wait for its timeout
+            if self._wake_countdown <= 0:
+                self._waiting_for_room = False  # one set() is enough; the next callers skip it
+                self._room_freed.set()
+
+    # --- background: the poll loop (owns the Kafka consumer) --------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and self._fatal is None:
+            try:
+                self._poll_once()
+            except KmqError as err:
+                self._log.error("consumer_fatal", error=str(err))
+                self._fatal = err
+            except KafkaException as exc:
+                wrapped = _kafka.to_kmq_error(exc, f"consumer of queue {self._queue!r}")
+                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
+                    self._fatal = wrapped
+                self._log.warning("consumer_poll_error", error=str(wrapped))
+                time.sleep(0.2)
+        if self._fatal is not None:
+            with self._ready_cond:
+                self._ready_cond.notify_all()
+
+    def _poll_once(self) -> None:
+        if self._due:
+            self._hand_out(self._due.take_due())
+        room = 0 if self._paused_now() else self._usable_room()
+        self._intake.update_pause()
+        busy = len(self._intake) or len(self._pipeline)
+        wait_s = 0.0 if busy else self._config.next_message_timeout_ms / 1000
+        next_due_s = self._due.next_due_in_s()
+        if next_due_s is not None:
+            wait_s = min(wait_s, next_due_s)
+        if room <= 0 and not self._pipeline:
+            self._wait_for_room()
+            wait_s = 0.0
+        self._intake.fetch(wait_s)  # may run rebalance callbacks
+        started = False
+        if room > 0 and len(self._intake) and not self._pipeline.full() and not self._paused_now():
+            self._pipeline.start(self._intake.take(room))
+            started = True
+        self._pipeline.advance(block=not started or self._pipeline.full())
+        if self._book and not self._pipeline and self._book.policy.due():
+            self._commit(self._book.pending())
+
+    def _paused_now(self) -> bool:
+        """Paused (kmq pause): take no new messages; those in flight finish. Asked again after each fetch, since a
+        pause may arrive while the fetch waits."""
+        state = self._control.state
+        return bool(state.paused_until) and state.paused(self._queue, int(time.time() * 1000))
+
+    def _room(self) -> int:
+        buffered = len(self._ready) + self._pipeline.waiting
+        return min(self._config.receive_buffer_capacity - buffered, self._config.max_in_flight - self.in_flight)
+
+    def _usable_room(self) -> int:
+        room = self._room()
+        # A Start batch and a commit cost the same for 1 record or 100: while the workers still have buffered
+        # messages to get through, wait for a quarter of the room instead of Starting records one by one.
+        if 0 < room < self._quarter and self._ready:
+            return 0
+        return room
+
+    def _wait_for_room(self) -> None:
+        # Full: sleep until messages are received or settled, but still poll (the group must not evict us).
+        self._wake_countdown = self._quarter - max(0, self._room())
+        self._waiting_for_room = True
+        if self._usable_room() <= 0:  # re-check: a settle before the flag was set would not wake us
+            self._room_freed.wait(0.1)
+        self._waiting_for_room = False
+        self._room_freed.clear()
+
+    def _to_message(self, record: Record) -> Message:
+        return to_message(record, self._queue, self._settler,  # type: ignore[arg-type]
+                                 time.monotonic() + self._keep_alive_s)
+
+    def _hand_out(self, messages: list[Message]) -> None:
+        purged_before = self._control.state.purged_before.get(self._queue)
+        if purged_before is not None:
+            purged = [m for m in messages if m.enqueued_at_ms < purged_before]
+            if purged:
+                for message in purged:
+                    self._settler.purge(message)
+                messages = [m for m in messages if not m.settled]
+        ready, hops, expired = self._due.sort(messages)
+        for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
+            self._in_flight.discard(message.message_id)
+            self._writer.delay(message.message_id, delay_ms)
+        for message in expired:
+            self._settler.expire(message, dead_letter=self._config.expired_messages == "dead-letter")
+        if ready:
+            with self._ready_cond:
+                self._ready.extend(ready)
+                self._ready_cond.notify_all()
+
+    def _commit(self, offsets: Mapping[TopicPartitionKey, int],
+                attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:
+        outcome = _kafka.commit(self._kafka, offsets, f"queue {self._queue!r}", attempts)
+        if outcome is CommitOutcome.COMMITTED:
+            self._book.committed(offsets)
+        elif outcome is CommitOutcome.FENCED:
+            self._book.forget(offsets)
+        return outcome
+
+    def _on_record_error(self, record: Record) -> None:
+        err: KafkaError = record.error()  # type: ignore[assignment]
+        if _kafka.is_fatal(err):
+            raise _fatal_error(err, self._config, self._queue)
+        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        if cannot_join is not None:
+            raise cannot_join
+        self._log.warning("consume_error", error=err.str(), code=err.name())
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        cannot_join = self._join_watch.check(err, bool(self._assigned))
+        if _kafka.is_fatal(err) or cannot_join is not None:
+            self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)
+            self._log.error("consumer_fatal", error=str(self._fatal))
+        elif time.monotonic() - self._last_client_warning > CLIENT_WARNING_EVERY_S:
+            # Connection errors repeat many times a second while a broker is down: say it now and then.
+            self._last_client_warning = time.monotonic()
+            self._log.warning("kafka_client_error", error=err.str(), code=err.name())
+
+    # --- rebalances (run inside poll(), on the loop thread) ---------------------------------------------
+
+    def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        _kafka.assign(consumer, partitions, self._eager)
+        self._join_watch.assigned()
+        self._assigned = (frozenset() if self._eager else self._assigned) | {p.partition for p in partitions}
+        self._rebalanced()
+        self._log.info("partitions_assigned", partitions=[p.partition for p in partitions])
+
+    def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        revoked = [(p.topic, p.partition) for p in partitions]
+        self._pipeline.rewind()  # not handed out: Started again if still ours, read by the new owner if not
+        mine = self._book.pending_in(revoked)
+        if mine:
+            self._commit(mine)
+        self._drop(consumer, partitions, revoked)
+        self._log.info("partitions_revoked", partitions=[p.partition for p in partitions])
+
+    def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        self._pipeline.rewind()
+        self._drop(consumer, partitions, [(p.topic, p.partition) for p in partitions])
+        self._log.warning("partitions_lost", partitions=[p.partition for p in partitions])
+
+    def _drop(self, consumer: KafkaConsumer, partitions: list[TopicPartition], gone: list[TopicPartitionKey]) -> None:
+        # Neither committed nor Started: the partition's next owner reads these records again.
+        self._book.forget(gone)
+        self._intake.forget(gone)
+        _kafka.unassign(consumer, partitions, self._eager)
+        self._assigned = self._assigned - {p.partition for p in partitions}
+        self._rebalanced()
+
+    def _rebalanced(self) -> None:
+        try:
+            self._intake.rebalanced()
+        except KafkaException as exc:  # a fenced or failed client: close() follows, an exception here would not
+            self._log.warning("pause_state_not_applied", error=str(_kafka.to_kmq_error(exc, "rebalance")))
+
+    def _check_topics(self) -> None:
+        _kafka.topic_partitions(self._kafka, self._config, self._config.message_topic, "message")
+
+
+def _close_within(client: KafkaConsumer, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:
+    """librdkafka's close (leave the group, final fetch-state cleanup) may wait long with the broker down: it gets
+    a thread and ``timeout_s``; past that the process goes on, and its exit ends the client."""
+    closer = threading.Thread(target=client.close, name="kmq-consumer-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    if closer.is_alive():
+        logger.warning("consumer_close_timeout", timeout_s=round(timeout_s, 1))
+
+
+def _fatal_error(err: KafkaError, config: Config, queue: str) -> KafkaClientError:
+    if err.code() == KafkaError.FENCED_INSTANCE_ID or "fenced" in err.str().lower():
+        return KafkaClientError(f"consumer of queue {queue!r} was fenced: client_id (group.instance.id) "
+                                f"{config.client_id!r} is used by another consumer", code=err.code())
+    return _kafka.client_error(err, f"fatal Kafka error in consumer of queue {queue!r}")
+

@@ -1,0 +1,219 @@
+"""InFlightMessages: a consumer's messages from their Start until they are settled, and how they are settled.
+
+The table maps message id → Message. Popping an entry is what settles a message: a dict pop is atomic, so of two
+threads settling one message exactly one wins, with no lock per message. A settle appends to the MarkerWriter and
+returns; a keep-alive thread refreshes every message in the table (Started, buffered or handed out) every
+``redelivery_timeout_ms / 2``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import structlog
+
+from kmq import wire
+from kmq._kafka.producer import MarkerProducer
+from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.message import Message
+from kmq.config import Config
+from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
+from kmq.wire import MessageId
+from kmq.wire.markers import EndReason
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+
+class InFlightMessages:
+    """The Settler of a consumer's Messages (``message.ack()`` lands here), any thread."""
+
+    def __init__(self, config: Config, queue: str, writer: MarkerWriter, dlq_producer: MarkerProducer,
+                 on_settled: Callable[[], None]) -> None:
+        self._config = config
+        self._queue = queue
+        self._key = queue.encode()
+        self._writer = writer
+        self._dlq_producer = dlq_producer
+        self._on_settled = on_settled
+        self._table: dict[MessageId, Message] = {}
+        self._stop = threading.Event()
+        self.closed = False
+        self._thread = threading.Thread(target=self._keep_alive_loop, name=f"kmq-keepalive-{queue}", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __iter__(self) -> Iterator[MessageId]:
+        return iter(list(self._table))  # list() of a dict is atomic under the GIL
+
+    def add(self, message: Message) -> None:
+        self._table[message.message_id] = message
+
+    def discard(self, message_id: MessageId) -> None:
+        """Forgets a message that was not handed out (its batch is rewound); it will be Started again."""
+        self._table.pop(message_id, None)
+
+    def close(self) -> list[MessageId]:
+        """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
+        self.closed = True
+        self._stop.set()
+        self._thread.join()
+        unsettled = list(self._table)
+        self._table.clear()
+        return unsettled
+
+    # --- Message's settle calls ---------------------------------------------------------------------
+
+    def _ack(self, message: Message) -> None:
+        self._claim(message, "ack")
+        self._writer.ack(message.message_id)
+        self._on_settled()
+
+    def _release(self, message: Message, delay_ms: int) -> None:
+        self._claim(message, "release")
+        self._writer.release(message.message_id, delay_ms)
+        self._on_settled()
+
+    def _give_back(self, message: Message) -> None:
+        self._claim(message, "give back")
+        self._writer.give_back(message.message_id)
+        self._on_settled()
+
+    def _reject(self, message: Message, reason: str) -> None:
+        self._claim(message, "reject")
+        try:
+            _dead_letter(self._dlq_producer, self._config, message, reason)
+        except DeliveryError:
+            if not self.closed:  # unsettled again, so the caller may retry
+                message._settled_as = ""
+                self._table[message.message_id] = message
+            raise
+        self._writer.end(message.message_id, EndReason.REJECTED, reason)
+        self._on_settled()
+
+    def expire(self, message: Message, dead_letter: bool) -> None:
+        """A message read after its expiry time: never handed out; dead-lettered or dropped, and Ended."""
+        self._claim(message, "expire")
+        if dead_letter:
+            try:
+                _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)
+            except DeliveryError as err:  # stays in flight: released at close, and read (and expired) again
+                message._settled_as = ""
+                self._table[message.message_id] = message
+                log.error("expired_message_not_dead_lettered", queue=self._queue, message_id=str(message.message_id),
+                          error=str(err))
+                return
+        self._writer.end(message.message_id, EndReason.REJECTED, wire.EXPIRED_REASON)
+        self._on_settled()
+
+    def purge(self, message: Message) -> bool:
+        """Settles ``message`` without a handler (``kmq purge``); False if it was settled already."""
+        try:
+            self._claim(message, "purge")
+        except KmqError:
+            return False
+        self._writer.end(message.message_id, EndReason.REJECTED, wire.PURGED_REASON)
+        self._on_settled()
+        return True
+
+    def purge_before(self, before_ms: int) -> int:
+        """Purges every message in flight enqueued before ``before_ms`` (handed out ones too: their handler's
+        settle then fails); returns how many."""
+        return sum(self.purge(m) for m in list(self._table.values()) if m.enqueued_at_ms < before_ms)
+
+    def _keep_alive(self, message: Message) -> None:
+        if self._table.get(message.message_id) is not message:
+            raise self._unsettleable(message, "keep alive")
+        message._next_keep_alive = time.monotonic() + self._config.keep_alive_interval_ms / 1000
+        self._writer.keep_alive(message.message_id)
+
+    def _claim(self, message: Message, how: str) -> None:
+        owner = self._table.pop(message.message_id, None)
+        if owner is message:
+            message._settled_as = how
+            return
+        if owner is not None:  # a later delivery of the same record: not this handle's to settle
+            self._table[message.message_id] = owner
+        raise self._unsettleable(message, how)
+
+    def _unsettleable(self, message: Message, how: str) -> KmqError:
+        if self.closed and not message.settled:
+            return ConsumerClosedError(f"cannot {how} message {message.message_id}: the consumer of queue "
+                                       f"{self._queue!r} is closed (it was released for redelivery)")
+        return message._already_settled(how)
+
+    # --- keep-alives ------------------------------------------------------------------------------------
+
+    def _keep_alive_loop(self) -> None:
+        interval_s = self._config.keep_alive_interval_ms / 1000
+        tick_s = max(0.01, min(interval_s / 5, 1.0))
+        while not self._stop.wait(tick_s):
+            now = time.monotonic()
+            for msg in list(self._table.values()):  # list() of a dict is atomic under the GIL
+                if msg._next_keep_alive <= now:
+                    msg._next_keep_alive = now + interval_s
+                    self._writer.keep_alive(msg.message_id)
+
+
+
+def _dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
+    """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
+    key = message.queue.encode()
+    delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
+    headers = [*message.headers.items(), *delivery.encode(), (wire.HEADER_DLQ_REASON, (reason or "rejected").encode()),
+               (wire.HEADER_DLQ_QUEUE, key)]
+    try:
+        producer.produce_future(config.dlq_topic, message.payload, key, headers).result(
+            config.connect_timeout_ms / 1000 + 20)
+    except Exception as err:
+        raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
+                            f"to {config.dlq_topic!r}: {err}") from err
+
+
+class AtMostOnceMessages:
+    """The Settler of an at-most-once queue's Messages: no Start was written, so there is nothing to end or keep
+    alive; an ack only marks the message, a reject dead-letters it, a release is refused (nothing would bring the
+    message back)."""
+
+    def __init__(self, config: Config, dlq_producer: MarkerProducer) -> None:
+        self._config = config
+        self._dlq_producer = dlq_producer
+        self._lock = threading.Lock()
+
+    def _settle(self, message: Message, how: str) -> None:
+        with self._lock:  # no in-flight table to pop from: the flag itself is the claim
+            if message.settled:
+                raise message._already_settled(how)
+            message._settled_as = how
+
+    def _ack(self, message: Message) -> None:
+        self._settle(message, "ack")
+
+    def _release(self, message: Message, delay_ms: int) -> None:
+        raise KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be released "
+                       "(nothing would deliver it again); ack or reject it")
+
+    def _give_back(self, message: Message) -> None:
+        self._release(message, 0)
+
+    def _reject(self, message: Message, reason: str) -> None:
+        self._settle(message, "reject")
+        _dead_letter(self._dlq_producer, self._config, message, reason)
+
+    def _keep_alive(self, message: Message) -> None:
+        pass
+
+    def purge(self, message: Message) -> bool:
+        try:
+            self._settle(message, "purge")
+        except KmqError:
+            return False
+        return True
+
+    def expire(self, message: Message, dead_letter: bool) -> None:
+        self._settle(message, "expire")
+        if dead_letter:
+            _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)

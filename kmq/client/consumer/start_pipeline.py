@@ -1,0 +1,200 @@
+"""The Start pipeline: records → messages → Start batch → commit → hand-out, or rewind.
+
+Step by step, for each batch taken from the intake:
+1. ``start``: this queue's records become Messages, registered as in flight (so they get keep-alives from now
+   on), and their Starts are written; the loop goes on reading while they travel.
+2. ``advance``: once the oldest batch's Starts are durable, its offsets enter the offset book and are committed;
+3. only then are its messages handed out. Batch k+1's Starts are on the wire while batch k is committed and the
+   workers run batch k-1.
+A failed Start or commit rewinds that batch and every later one: their records go back to the front of the
+backlog (no seek; a second Start is a fresh deadline for the tracker), and nothing past them is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from confluent_kafka import Message as KafkaMessage
+
+from kmq import wire
+from kmq._kafka.offsets import CommitOutcome
+from kmq._kafka.records import record_timestamp_ms
+from kmq.client.consumer.intake import Intake, Record
+from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
+from kmq.client.message import Message, Settler
+from kmq.delivery import Delivery
+from kmq.wire import MessageId
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+#: Batches Started and not yet handed out; the oldest is committed before a third is Started.
+DEPTH = 2
+
+
+class InFlightTable(Protocol):
+    """Where Started messages are kept alive until settled (kmq.client.consumer.in_flight.InFlightMessages)."""
+
+    def add(self, message: Message) -> None: ...
+    def discard(self, message_id: MessageId) -> None: ...
+
+
+@dataclass(slots=True)
+class StartBatch:
+    records: list[Record]
+    messages: list[Message]
+    #: Per partition, the offset after this batch's last record.
+    offsets: dict[TopicPartitionKey, int]
+    deliveries: list[Delivery[MessageId]]
+
+
+def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
+    """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
+    msg_id = MessageId(record.partition() or 0, record.offset() or 0)
+    raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
+    if not raw:  # a first delivery without user headers: the common case, kept cheap
+        return Message(record.value() or b"", {}, queue, msg_id, 1, msg_id, record_timestamp_ms(record),
+                       settler, _next_keep_alive=next_keep_alive)
+    internal = wire.INTERNAL_HEADERS
+    kmq = wire.DeliveryHeaders.parse({k: v or b"" for k, v in raw if k in internal})
+    return Message(
+        payload=record.value() or b"", queue=queue, message_id=msg_id,
+        headers={k: v or b"" for k, v in raw if k not in internal},
+        delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
+        enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
+        _settler=settler, _next_keep_alive=next_keep_alive,
+    )
+
+
+class StartPipeline:
+    """Batches between "taken from the intake" and "handed out". Loop thread only."""
+
+    def __init__(self, *, key: bytes, intake: Intake, writer: MarkerWriter, book: OffsetBook,
+                 in_flight: InFlightTable, to_message: Callable[[Record], Message],
+                 commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
+                 hand_out: Callable[[list[Message]], None], start_timeout_s: float,
+                 stopping: threading.Event | None = None, write_starts: bool = True) -> None:
+        self._key = key
+        self._intake = intake
+        self._writer = writer
+        self._book = book
+        self._in_flight = in_flight
+        self._to_message = to_message
+        self._commit = commit
+        self._hand_out = hand_out
+        self.start_timeout_s = start_timeout_s
+        #: False for an at-most-once queue: messages are committed and handed out with no Start and no keep-alives.
+        self._write_starts = write_starts
+        self._stopping = stopping or threading.Event()
+        self._batches: deque[StartBatch] = deque()
+        #: Messages Started and not yet handed out.
+        self.waiting = 0
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def full(self) -> bool:
+        return len(self._batches) >= DEPTH
+
+    # 1. Start
+
+    def start(self, records: list[Record]) -> None:
+        offsets: dict[TopicPartitionKey, int] = {}
+        own = []
+        key = self._key
+        for record in records:
+            offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
+            if record.key() == key:
+                own.append(record)
+        if not own and not self._batches:
+            self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
+            return
+        messages = [self._to_message(r) for r in own]
+        deliveries = []
+        if self._write_starts:
+            for message in messages:
+                self._in_flight.add(message)
+            deliveries = self._writer.start(messages) if messages else []
+        self._batches.append(StartBatch(records, messages, offsets, deliveries))
+        self.waiting += len(messages)
+
+    # 2. commit, 3. hand out
+
+    def advance(self, block: bool, timeout_s: float | None = None) -> None:
+        """Commits and hands out the oldest batches whose Starts are durable; with ``block``, waits for the
+        oldest one's Starts first (up to ``timeout_s``, default the start timeout; on the loop thread, only until
+        the consumer stops)."""
+        while self._batches:
+            head = self._batches[0]
+            if not head.messages:
+                self._batches.popleft()
+                self._book.advance(head.offsets, len(head.records))
+                continue
+            if not block and not all(d.done() for d in head.deliveries):
+                return
+            stopping = None if timeout_s is not None else self._stopping
+            if not _wait_done(head.deliveries, self.start_timeout_s if timeout_s is None else timeout_s, stopping):
+                if stopping is not None and stopping.is_set():
+                    return  # the consumer is closing: close() finishes this batch within its own timeout
+                error: BaseException | None = TimeoutError(f"Start markers not acknowledged within "
+                                                           f"{self.start_timeout_s} s")
+            else:
+                error = next((e for e in (d.exception(0) for d in head.deliveries) if e is not None), None)
+            if error is not None:
+                log.warning("start_markers_failed", error=str(error), batch=len(head.messages))
+                self.rewind()
+                return
+            self._book.advance(head.offsets, len(head.records))
+            outcome = self._commit(self._book.pending())
+            if outcome is not CommitOutcome.COMMITTED:
+                # Not handed out. Still ours: read again. Not ours: the new owner reads them from the last commit.
+                self.rewind()
+                return
+            self._batches.popleft()
+            self.waiting -= len(head.messages)
+            self._hand_out(head.messages)
+            block = False
+
+    def rewind(self) -> None:
+        """Every batch not handed out goes back to the intake's front; nothing past it is committed."""
+        if not self._batches:
+            return
+        records = [r for batch in self._batches for r in batch.records]
+        for batch in self._batches:
+            for message in batch.messages:
+                self._in_flight.discard(message.message_id)
+        self._batches.clear()
+        self.waiting = 0
+        self._book.rewind(_first_offsets(records))
+        self._intake.put_back(records)
+
+
+def _wait_done(deliveries: Iterable[Delivery[MessageId]], timeout_s: float, stopping: threading.Event | None) -> bool:
+    """True once every delivery has its report; False after ``timeout_s`` or once ``stopping`` is set."""
+    deadline = time.monotonic() + timeout_s
+    for delivery in deliveries:
+        while not delivery.done():
+            left = deadline - time.monotonic()
+            if left <= 0 or (stopping is not None and stopping.is_set()):
+                return False
+            # In slices while the consumer runs: close() must not wait a whole start timeout for the loop thread.
+            with contextlib.suppress(TimeoutError):
+                delivery.exception(min(left, 0.1) if stopping is not None else left)
+    return True
+
+
+def _first_offsets(records: Iterable[Record]) -> dict[TopicPartitionKey, int]:
+    first: dict[TopicPartitionKey, int] = {}
+    for record in records:
+        tp = (record.topic() or "", record.partition() or 0)
+        offset = record.offset() or 0
+        if offset < first.get(tp, offset + 1):
+            first[tp] = offset
+    return first

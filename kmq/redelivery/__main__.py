@@ -1,0 +1,5 @@
+import sys
+
+from kmq.redelivery.cli import main
+
+sys.exit(main())

@@ -1,0 +1,93 @@
+"""``kmq-redelivery-tracker``: run one tracker replica until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+import structlog
+
+from kmq import logs
+from kmq._kafka.topics import check_topics
+from kmq.config import Config
+from kmq.errors import KafkaClientError, KmqError
+from kmq.metrics_http import serve
+from kmq.redelivery.tracker import RedeliveryTracker
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+WAIT_FOR_BROKER_S = 5.0
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kmq-redelivery-tracker",
+        description="Track in-flight kmq messages on the markers topic and redeliver those whose worker "
+                    "went silent. Run several replicas for fail-over: they share the markers partitions.",
+        epilog="example: kmq-redelivery-tracker --config kmq.yaml --metrics-port 9464",
+    )
+    p.add_argument("--config", help="YAML config (kmq or kafka-mq-go keys); KMQ_* variables override it")
+    p.add_argument("--metrics-port", type=int, help="serve /metrics and /healthz on this port (0 = off)")
+    p.add_argument("--log-level", default=os.environ.get("KMQ_LOG_LEVEL", "info"))
+    p.add_argument("--log-json", action="store_true", help="JSON log lines instead of key=value")
+    return p
+
+
+def load_config(path: str | None) -> Config:
+    return Config.from_yaml(path) if path else Config.load()
+
+
+def run(config: Config) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        if tracker is not None:
+            tracker.stop()
+
+    tracker: RedeliveryTracker | None = None
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if not wait_for_topics(config, stop):
+        return EXIT_OK
+    tracker = RedeliveryTracker(config)
+    if stop.is_set():
+        tracker.stop()
+    if config.metrics_port:
+        serve(tracker.metrics.registry, config.metrics_host, config.metrics_port, tracker.health)
+    tracker.run()
+    return EXIT_OK
+
+
+def wait_for_topics(config: Config, stop: threading.Event) -> bool:
+    """Checks the topics (markers with LogAppendTime) before tracking; while the broker cannot be reached, says so
+    every few seconds and tries again (a deployed tracker may start before its broker). False if stopped."""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            check_topics(config, timeout_s=WAIT_FOR_BROKER_S)
+            return True
+        except KafkaClientError as err:
+            log.warning("tracker_waiting_for_kafka", bootstrap_servers=config.bootstrap_servers, error=str(err),
+                        retry_every_s=WAIT_FOR_BROKER_S)
+            stop.wait(max(0.0, WAIT_FOR_BROKER_S - (time.monotonic() - started)))
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logs.configure(args.log_level, args.log_json)
+    try:
+        config = load_config(args.config)
+        if args.metrics_port is not None:
+            config = config.replace(metrics_port=args.metrics_port)
+        return run(config)
+    except KmqError as err:
+        print(f"kmq-redelivery-tracker: error: {err}", file=sys.stderr)
+        return EXIT_ERROR

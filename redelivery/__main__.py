@@ -1,5 +1,0 @@
-import sys
-
-from redelivery.cli import main
-
-sys.exit(main())

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kmq import Config, logs
+from kmq._kafka.topics import create_topics
 from kmq.testing.cluster import FAILOVER_SETTINGS, LocalCluster
-from kmq.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, write
 from tests.bench.tracker_probe import TrackerProbe

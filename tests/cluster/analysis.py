@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmq.markers import Marker, MarkerType
+from kmq.wire.markers import Marker, MarkerType
 
 STEP_S = 0.05
 

@@ -11,10 +11,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kmq import Config
-from kmq.control import control_topic
+from kmq._kafka.topics import create_topics
 from kmq.testing.broker import BrokerError
 from kmq.testing.cluster import LocalCluster
-from kmq.topics import create_topics
+from kmq.wire.control import control_topic
 from tests.cluster.session import session_cluster
 
 #: One line per fault, printed at the end of the session (the figures the issue asks for).
@@ -63,7 +63,7 @@ def cluster_config(whole_cluster: LocalCluster, request: pytest.FixtureRequest) 
         return config
 
     yield make
-    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c))]
+    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c.message_topic))]
     if topics:
         admin = AdminClient({"bootstrap.servers": whole_cluster.bootstrap_servers, "log_level": 0})
         for future in admin.delete_topics(topics, operation_timeout=60).values():

@@ -24,8 +24,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient
 
 from kmq import Config
-from kmq.marker_batch import decode_record
 from kmq.wire import consumer_group
+from kmq.wire.marker_batch import decode_record
 from tests.cluster.analysis import MarkerLog, Run, load_confirmed, load_runs
 from tests.helpers import ROOT, env_for, free_port, members_holding_partitions
 from tests.markers_io import wait_for

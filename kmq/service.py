@@ -72,7 +72,7 @@ class Service:
         return self._queues[name]
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
-                      replication_factor: int = 1) -> list[TopicStatus]:
+                      replication_factor: int | None = None) -> list[TopicStatus]:
         return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
                              replication_factor=replication_factor)
 

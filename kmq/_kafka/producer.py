@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -22,8 +23,8 @@ class MarkerProducer(Protocol):
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
                 on_done: Callable[[Any, Any], None] | None = None) -> None: ...
-    def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Any = None) -> Delivery[MessageId]: ...
+    def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
+                       on_record: Callable[[Any], None] | None = None) -> Delivery[MessageId]: ...
     def flush(self, timeout_s: float) -> int: ...
 
 
@@ -33,12 +34,25 @@ class PolledProducer:
     def __init__(self, settings: dict[str, Any], name: str) -> None:
         self._producer = KafkaProducer(settings)
         self._closed = threading.Event()
+        self._progress_at = time.monotonic()
         self._thread = threading.Thread(target=self._serve, name=f"kmq-{name}-poll", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
+        pending_before = 0
         while not self._closed.is_set():
-            self._producer.poll(0.05)
+            served = self._producer.poll(0.05)
+            pending = len(self._producer)
+            if served or pending == 0 or pending < pending_before:
+                self._progress_at = time.monotonic()
+            pending_before = pending
+
+    def stalled_s(self) -> float:
+        """How long records have waited with none acknowledged (0 when none waits): a failover, a partition without
+        a leader or without enough in-sync replicas. Costs nothing per record: the poll thread looks."""
+        if len(self._producer) == 0:
+            return 0.0
+        return max(0.0, time.monotonic() - self._progress_at)
 
     def produce(self, topic: str, value: bytes, key: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None,
@@ -60,15 +74,19 @@ class PolledProducer:
                 raise to_kmq_error(exc, f"cannot produce to {topic}") from exc
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
+                       headers: Sequence[tuple[str, bytes]] | None = None,
+                       on_record: Callable[[KafkaMessage], None] | None = None) -> Delivery[MessageId]:
+        """A Delivery for one record; ``on_record`` sees the delivered record (its broker timestamp) first."""
         delivery: Delivery[MessageId] = Delivery()
 
         def done(err: KafkaError | None, record: KafkaMessage) -> None:
             if err is not None:
                 delivery._set(None, DeliveryError(f"delivery to {topic} failed: {err.str()}",
                                                   retriable=err.retriable(), code=err.code()))
-            else:
-                delivery._set(message_id(record), None)
+                return
+            if on_record is not None:
+                on_record(record)
+            delivery._set(message_id(record), None)
 
         self.produce(topic, value, key, headers, done)
         return delivery

@@ -42,6 +42,9 @@ class Message:
     #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
     _settled_as: str = field(default="", repr=False)
     _next_keep_alive: float = field(default=0.0, repr=False)
+    #: The tracker's deadline for this delivery on the broker's clock, as far as durable markers prove it (ms; 0:
+    #: no Start reported yet, or no Start at all).
+    _deadline_ms: int = field(default=0, repr=False)
 
     @property
     def enqueued_at(self) -> datetime:

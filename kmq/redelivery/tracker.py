@@ -13,7 +13,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -31,9 +31,11 @@ from kmq.metrics_http import BrokerProbe
 from kmq.redelivery.clock import DeadlineClock, Monotonic
 from kmq.redelivery.clock_probe import ClockProbes
 from kmq.redelivery.copy_log import CopyLog
+from kmq.redelivery.horizon import ReadHorizon
 from kmq.redelivery.metrics import TrackerMetrics
 from kmq.redelivery.partition_state import PartitionState
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
+from kmq.wire import CLOCK_PROBE_KEY
 from kmq.wire.marker_batch import decode_batch, is_batch
 from kmq.wire.markers import decode
 
@@ -42,6 +44,9 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 BATCH = 1000
 #: The longest the loop waits for markers; less when a deadline falls due sooner.
 POLL_S = 0.05
+#: How often the loop looks for a clock probe sent less than PROBE_FAST_S ago (see horizon.py).
+PROBE_POLL_S = 0.005
+PROBE_FAST_S = 0.2
 METRICS_INTERVAL_S = 5.0
 #: How often an assigned partition whose committed offset could not be read is tried again, and how often the
 #: tracker says it cannot reach the broker.
@@ -60,6 +65,7 @@ class Partition:
     assigned_at: float
     caught_up: bool = False
     markers_read: int = 0
+    horizon: ReadHorizon = field(default_factory=ReadHorizon)
 
 
 class RedeliveryTracker:
@@ -85,7 +91,8 @@ class RedeliveryTracker:
         self._sender = PolledProducer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender")
         self._markers = PolledProducer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
                                        "tracker-markers")
-        self._probe = BrokerProbe(self._markers.client, config.marker_topic)
+        self._probe = BrokerProbe(self._markers.client, config.marker_topic,
+                                  stalled=lambda: max(self._markers.stalled_s(), self._sender.stalled_s()))
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = ControlFollower(config).start()
         self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery)
@@ -154,10 +161,20 @@ class RedeliveryTracker:
         for part in self._partitions.values():
             due = part.state.next_deadline_ms()
             if due is not None and part.caught_up:
-                wait_ms = part.clock.ms_until(due + 1)  # fires once "now" is past the deadline
+                wait_ms: float | None
+                if self._clock_probes is not None and part.horizon.waiting(due, part.clock.now_ms()):
+                    wait_ms = self._probe_wait_ms(part.horizon.probe_sent_at)
+                else:
+                    wait_ms = part.clock.ms_until(due + 1)  # fires once "now" is past the deadline
                 if wait_ms is not None and wait_ms < timeout_ms:
                     timeout_ms = wait_ms
         return timeout_ms / 1000
+
+    def _probe_wait_ms(self, sent_at: float | None) -> float:
+        """While a due deadline waits for its probe: a probe is back within milliseconds on a healthy partition,
+        so look often at first; a partition that does not take it (a failover) is not spun on."""
+        young = sent_at is not None and self._monotonic() - sent_at < PROBE_FAST_S
+        return PROBE_POLL_S * 1000 if young else POLL_S * 1000
 
     def _handle(self, record: KafkaMessage) -> None:
         err = record.error()
@@ -176,6 +193,7 @@ class RedeliveryTracker:
         timestamp_ms = _kafka.record_timestamp_ms(record)
         part.markers_read += 1
         part.clock.observe(timestamp_ms)
+        part.horizon.read(timestamp_ms, probe=record.key() == CLOCK_PROBE_KEY)
         state = part.state
         value = record.value()
         try:
@@ -217,6 +235,10 @@ class RedeliveryTracker:
             now_ms = part.clock.now_ms()
             if now_ms is None:
                 continue
+            if self._clock_probes is not None:  # only on evidence that the log is read up to the deadline
+                now_ms, probe = part.horizon.limit(now_ms, part.state.next_deadline_ms(), self._monotonic())
+                if probe:
+                    self._clock_probes.send(p)
             purges = self._control.state.purged_before
             for item in part.state.take_expired(now_ms):
                 if purges and (item.enqueued_at_ms or item.start_timestamp_ms) < purges.get(item.queue, 0):

@@ -175,7 +175,7 @@ class Worker:
         return undelivered
 
     def _serve_metrics(self, consumer: Consumer) -> ThreadingHTTPServer:
-        probe = BrokerProbe(consumer.metadata_client, self.config.marker_topic)
+        probe = BrokerProbe(consumer.metadata_client, self.config.marker_topic, stalled=consumer.writes_stalled_s)
 
         def health() -> str | None:
             if self._stop.is_set():

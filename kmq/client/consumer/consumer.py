@@ -154,7 +154,8 @@ class Consumer:
                 pass
             else:
                 self._wake_loop()
-                if not (self._purged_up_to and message._settled_as):  # else purged while buffered
+                # Unless purged while buffered, or its deadline passed while it waited (then given back).
+                if not (self._purged_up_to and message._settled_as) and self._in_flight.hand_out([message]):
                     return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
@@ -180,6 +181,7 @@ class Consumer:
                 self._wake_loop()
                 if self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
                     got = [m for m in got if not m._settled_as]
+                got = self._in_flight.hand_out(got)  # those whose deadline passed while they waited: given back
                 if got:
                     return got
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
@@ -206,6 +208,10 @@ class Consumer:
     def failure(self) -> str | None:
         """Why this consumer stopped working (a fatal Kafka error), or None."""
         return None if self._fatal is None else str(self._fatal)
+
+    def writes_stalled_s(self) -> float:
+        """How long marker records (Starts, acks, keep-alives) have waited with none acknowledged (0: none waits)."""
+        return self._producer.stalled_s()
 
     @property
     def metadata_client(self) -> KafkaProducer:

@@ -50,6 +50,9 @@ def warnings(topics: list[TopicDurability], brokers: int, marker_topic: str) -> 
         if t.replication == 1 and brokers > 1:
             out.append(f"{t.name}: replication factor 1 on a {brokers}-broker cluster: the loss of one broker loses "
                        "its partitions (recreate it with replication factor 3)")
+        if t.min_insync > t.replication:
+            out.append(f"{t.name}: min.insync.replicas={t.min_insync} is more than its replication factor "
+                       f"{t.replication}: every acks=all write fails (NOT_ENOUGH_REPLICAS)")
         if t.replication >= TARGET_REPLICATION and t.min_insync <= 1:
             out.append(f"{t.name}: min.insync.replicas={t.min_insync} with replication factor {t.replication}: an "
                        "acknowledged write may exist on one broker only (set min.insync.replicas=2)")

@@ -66,13 +66,19 @@ class ClusterAdmin:
         return [t for t in meta.topics if internal or not t.startswith(INTERNAL_TOPIC_PREFIX)]
 
     def under_replicated(self, topics: Iterable[str] | None = None, timeout_s: float = 10.0) -> list[str]:
-        """``topic:partition`` of every partition whose ISR is short of its replicas, or that has no leader."""
+        """``topic:partition`` of every partition whose ISR is short of its replicas, or that has no leader, among
+        ``topics`` (default: all), from one metadata answer (a topic deleted meanwhile is no error)."""
+        wanted = None if topics is None else set(topics)
+        meta = _retry(lambda: self._admin.list_topics(timeout=min(5.0, timeout_s)), timeout_s, "topic metadata")
         out = []
-        for topic in topics if topics is not None else self.topics(timeout_s):
-            for p, (leader, replicas, isr) in self.partitions(topic, timeout_s).items():
-                if leader < 0 or set(isr) != set(replicas):
-                    out.append(f"{topic}:{p}")
-        return out
+        for name, info in meta.topics.items():
+            if (wanted is not None and name not in wanted) or info.error is not None:
+                continue
+            for p, pm in info.partitions.items():
+                if pm.leader < 0 or set(pm.isrs) != set(pm.replicas):
+                    out.append(f"{name}:{p}")
+        missing = (wanted or set()) - set(meta.topics)
+        return out + [f"{name}: not in the metadata yet" for name in sorted(missing)]
 
     def wait_in_sync(self, timeout_s: float = 60.0, topics: Iterable[str] | None = None) -> None:
         """Until no partition is under-replicated: what an operator waits for before restarting the next broker."""

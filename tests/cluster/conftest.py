@@ -51,14 +51,15 @@ ClusterConfig = Callable[..., Config]
 
 @pytest.fixture
 def cluster_config(whole_cluster: LocalCluster, request: pytest.FixtureRequest) -> Iterator[ClusterConfig]:
-    """Makes a Config on fresh kmq topics replicated three times (deleted afterwards)."""
+    """Makes a Config on fresh kmq topics, replicated three times as `kmq topics create` does on a three-node
+    cluster (deleted afterwards)."""
     made: list[Config] = []
 
     def make(partitions: int = 6, marker_partitions: int = 3, **fields: object) -> Config:
         base = f"{request.node.name[:24].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
         config = Config(bootstrap_servers=whole_cluster.bootstrap_servers, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
-        create_topics(config, partitions=partitions, marker_partitions=marker_partitions, replication_factor=3)
+        create_topics(config, partitions=partitions, marker_partitions=marker_partitions)  # RF 3: the default
         made.append(config)
         return config
 

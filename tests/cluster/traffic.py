@@ -105,7 +105,7 @@ class Traffic:
 
     def start(self, timeout_s: float = 90.0) -> None:
         for i in range(1, TRACKERS + 1):
-            self._spawn(f"tracker-{i}", ["-m", "redelivery"], metrics=True)
+            self._spawn(f"tracker-{i}", ["-m", "kmq.redelivery"], metrics=True)
         for i in range(1, WORKERS + 1):
             self._spawn(f"worker-{i}", ["-m", "kmq.cli", "worker", HANDLER, "--queue", self.queue,
                                         "--concurrency", str(self.concurrency)], metrics=True)

@@ -8,6 +8,12 @@ the tracker could have avoided. So a deadline fires only once a record appended 
 record appended before that one has then been read too). On a busy partition the queues' own markers are that
 evidence; on a quiet one the tracker writes a clock probe and fires when it reads the probe back (one write and
 read more of lag, a few ms). kmq marker format only: a kafka-mq-go tracker would count the probes as malformed.
+
+When the partition's leader itself died, the writes held meanwhile (a worker's acks, the tracker's probe) are all
+sent again to the new leader once the producers learn of it, in no particular order: a probe that wins the race
+would fire deadlines whose acks land a moment later. So a probe that took STALL_S or more to come back (the
+partition was unavailable) holds back what fell due since until a record appended GRACE_MS after it is read, time
+for every producer to have found the new leader.
 """
 
 from __future__ import annotations
@@ -16,6 +22,11 @@ from dataclasses import dataclass
 
 #: A probe not read back within this long (the partition is unavailable) is sent again.
 PROBE_RETRY_S = 1.0
+#: A probe back after this long means the partition was unavailable meanwhile (normally it takes milliseconds).
+STALL_S = 1.0
+#: After such a stall, how long the other producers get to re-send what they held to the new leader (librdkafka
+#: looks for a partition's new leader at least every retry.backoff.max.ms, 1 s by default).
+GRACE_MS = 2000
 
 
 @dataclass(slots=True)
@@ -24,9 +35,15 @@ class ReadHorizon:
     read_ms: int = 0
     #: When the probe not yet read back was sent (monotonic s), or None.
     probe_sent_at: float | None = None
+    #: After a stall: (fire up to this, until a record appended at or after this is read, no probe before this
+    #: monotonic time).
+    hold: tuple[int, int, float] | None = None
 
-    def read(self, timestamp_ms: int, *, probe: bool = False) -> None:
-        """A record appended at ``timestamp_ms`` was read; ``probe``: it is a clock probe."""
+    def read(self, timestamp_ms: int, *, probe: bool = False, monotonic_s: float = 0.0) -> None:
+        """A record appended at ``timestamp_ms`` was read (at ``monotonic_s``); ``probe``: it is a clock probe."""
+        if probe and self.probe_sent_at is not None and monotonic_s - self.probe_sent_at >= STALL_S:
+            upto = self.hold[0] if self.hold is not None else self.read_ms
+            self.hold = (upto, timestamp_ms + GRACE_MS, monotonic_s + GRACE_MS / 1000)
         if timestamp_ms > self.read_ms:
             self.read_ms = timestamp_ms
         if probe:
@@ -36,12 +53,22 @@ class ReadHorizon:
         """The time up to which deadlines may fire now (the extrapolated ``now_ms`` at most), and whether to send a
         probe: a deadline due by the clock lies past what has been read, and no probe is on its way."""
         limit = min(now_ms, self.read_ms)
+        quiet_until = 0.0
+        if self.hold is not None:
+            upto, until_ms, quiet_until = self.hold
+            if self.read_ms >= until_ms:
+                self.hold = None
+            else:
+                limit = min(limit, upto)
         waiting = next_due_ms is not None and limit <= next_due_ms < now_ms
-        send = waiting and (self.probe_sent_at is None or monotonic_s - self.probe_sent_at >= PROBE_RETRY_S)
+        send = (waiting and monotonic_s >= quiet_until
+                and (self.probe_sent_at is None or monotonic_s - self.probe_sent_at >= PROBE_RETRY_S))
         if send:
             self.probe_sent_at = monotonic_s
         return limit, send
 
     def waiting(self, due_ms: int, now_ms: int | None) -> bool:
-        """True while a deadline due by the clock waits for evidence (a record appended after it)."""
-        return now_ms is not None and self.read_ms <= due_ms < now_ms
+        """True while a deadline due by the clock waits for evidence (a record appended after it, or the end of a
+        hold after a stall)."""
+        fireable = self.read_ms if self.hold is None else min(self.read_ms, self.hold[0])
+        return now_ms is not None and fireable <= due_ms < now_ms

@@ -193,7 +193,7 @@ class RedeliveryTracker:
         timestamp_ms = _kafka.record_timestamp_ms(record)
         part.markers_read += 1
         part.clock.observe(timestamp_ms)
-        part.horizon.read(timestamp_ms, probe=record.key() == CLOCK_PROBE_KEY)
+        part.horizon.read(timestamp_ms, probe=record.key() == CLOCK_PROBE_KEY, monotonic_s=self._monotonic())
         state = part.state
         value = record.value()
         try:

@@ -13,7 +13,7 @@ from kmq.client.consumer.in_flight import InFlightMessages
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
 from kmq.config import Config
-from kmq.redelivery.horizon import PROBE_RETRY_S, ReadHorizon
+from kmq.redelivery.horizon import GRACE_MS, PROBE_RETRY_S, STALL_S, ReadHorizon
 from kmq.wire import RETURN_REASON, MessageId
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import MarkerType
@@ -184,3 +184,19 @@ def test_the_horizon_never_passes_the_clock_or_what_was_read(read: int, now: int
     limit, _probe = horizon.limit(now, due, 0.0)
     assert limit <= now and limit <= read
     assert horizon.waiting(due, now) == (read <= due < now)
+
+
+def test_after_a_stall_what_fell_due_waits_until_the_other_producers_had_time_to_resend() -> None:
+    # Given a partition whose leader died: the probe sent at 5.0 s comes back 6 s later, appended at 20,000
+    horizon = ReadHorizon()
+    horizon.read(10_000)
+    assert horizon.limit(11_000, 10_500, 5.0) == (10_000, True)
+    horizon.read(20_000, probe=True, monotonic_s=5.0 + STALL_S + 5)
+    # Then nothing past what was fireable before the stall fires, and no probe goes out during the grace
+    assert horizon.limit(20_100, 10_500, 11.1) == (10_000, False)
+    assert horizon.waiting(10_500, 20_100)
+    # Once the grace has passed a probe is sent; a record appended after the grace ends the hold
+    assert horizon.limit(22_100, 10_500, 11.0 + GRACE_MS / 1000 + 0.1) == (10_000, True)
+    horizon.read(22_200, probe=True, monotonic_s=13.2)
+    assert horizon.limit(22_300, 10_500, 13.3) == (22_200, False)
+    assert horizon.hold is None

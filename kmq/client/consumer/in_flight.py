@@ -113,19 +113,25 @@ class InFlightMessages:
         if not late:
             return
         self.given_back_late += len(late)
-        logged_at, logged_count = self._late_logged
-        if time.monotonic() - logged_at >= LATE_LOG_EVERY_S:
-            self._late_logged = (time.monotonic(), self.given_back_late)
-            log.warning("late_messages_given_back", queue=self._queue, count=self.given_back_late - logged_count,
-                        deadline_in_ms=min(m._deadline_ms - now_ms for m in late),
-                        note="their redelivery deadline passed while they waited (a Kafka failover?): redelivered "
-                             "instead of handed out twice")
+        if time.monotonic() - self._late_logged[0] >= LATE_LOG_EVERY_S:
+            self._report_late(min(m._deadline_ms - now_ms for m in late))
+
+    def _report_late(self, deadline_in_ms: int | None = None) -> None:
+        """One line for the messages given back since the last line (a failover gives back a burst)."""
+        count = self.given_back_late - self._late_logged[1]
+        self._late_logged = (time.monotonic(), self.given_back_late)
+        if count:
+            log.warning("late_messages_given_back", queue=self._queue, count=count, total=self.given_back_late,
+                        deadline_in_ms=deadline_in_ms,
+                        note="their redelivery deadline passed, or was about to, while they waited (a Kafka "
+                             "failover?): redelivered instead of handed out twice")
 
     def close(self) -> list[MessageId]:
         """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
         self.closed = True
         self._stop.set()
         self._thread.join()
+        self._report_late()
         unsettled = list(self._table)
         self._table.clear()
         return unsettled
@@ -221,6 +227,8 @@ class InFlightMessages:
                 if msg._next_keep_alive <= now:
                     msg._next_keep_alive = now + interval_s
                     self._writer.keep_alive(msg.message_id)
+            if self.given_back_late > self._late_logged[1] and now - self._late_logged[0] >= LATE_LOG_EVERY_S:
+                self._report_late()  # the rest of a burst, once it is over
 
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kmq.wire.markers import Marker, MarkerType
+from kmq.wire.markers import EndReason, Marker, MarkerType
 
 STEP_S = 0.05
 
@@ -85,11 +85,15 @@ class MarkerLog:
     """Per message id, the (append time ms, deadline ms) of each Start and plain keep-alive, in log order."""
 
     deadlines: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    #: Per message id, the append time of its first ack.
+    acked_ms: dict[str, int] = field(default_factory=dict)
 
     def add(self, timestamp_ms: int, markers: Iterable[Marker]) -> None:
         for m in markers:
             if m.type is MarkerType.START or (m.type is MarkerType.KEEPALIVE and not m.reason):
                 self.deadlines[str(m.message_id)].append((timestamp_ms, timestamp_ms + m.redeliver_after_ms))
+            elif m.type is MarkerType.END and m.end_reason is EndReason.ACKED:
+                self.acked_ms.setdefault(str(m.message_id), timestamp_ms)
 
     def deadline_at(self, message_id: str, at_ms: int) -> int | None:
         written = [d for ts, d in self.deadlines.get(message_id, ()) if ts <= at_ms]
@@ -105,3 +109,23 @@ def late_hand_outs(runs: Iterable[Run], markers: MarkerLog) -> list[tuple[Run, f
         if deadline is not None and at_ms > deadline:
             late.append((run, (at_ms - deadline) / 1000))
     return late
+
+
+def late_settles(runs: Iterable[Run], markers: MarkerLog) -> list[float]:
+    """For each message run more than once: how long after its first delivery's deadline that delivery's ack was
+    appended (positive: the ack landed too late, e.g. held by a failover, and the tracker copied the message)."""
+    first: dict[str, Run] = {}
+    repeated: set[str] = set()
+    for run in runs:
+        if run.first in first:
+            repeated.add(run.first)
+        else:
+            first[run.first] = run
+    out = []
+    for key in repeated:
+        run = first[key]
+        deadline = markers.deadline_at(run.id, int(run.t * 1000))
+        ended = markers.acked_ms.get(run.id)
+        if deadline is not None and ended is not None:
+            out.append((ended - deadline) / 1000)
+    return sorted(out)

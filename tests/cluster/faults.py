@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kmq import Config
 from kmq.testing.cluster import LocalCluster
 from kmq.wire import consumer_group
-from tests.cluster.analysis import duplicates, late_hand_outs, longest_gap_s, recovery_s
+from tests.cluster.analysis import duplicates, late_hand_outs, late_settles, longest_gap_s, recovery_s
 from tests.cluster.traffic import Outcome, Traffic
 from tests.markers_io import wait_for
 
@@ -147,6 +147,10 @@ def summary(name: str, outcome: Outcome, faults: list[FaultFigures]) -> list[str
              f"{duplicates(outcome.runs)} duplicate runs, {len(late)} handed out after their deadline"
              + (f" (latest {max(s for _r, s in late):.1f} s late)" if late else "")
              + f", {outcome.dead_letters} dead-lettered"]
+    settled_late = late_settles(outcome.runs, outcome.markers)
+    if settled_late:
+        lines.append(f"  duplicates: the first delivery's ack was appended {settled_late[0]:+.1f} to "
+                     f"{settled_late[-1]:+.1f} s after its deadline (an ack held by the failover)")
     lines += [f"  {f.line()}" for f in faults]
     lines += [f"  /healthz said: {u}" for u in unhealthy[:6]]
     return lines

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.timeout(420)
 RATE_PER_S = float(os.environ.get("KMQ_FAULT_RATE", "1000"))
 #: Short enough that a stall of a few seconds is near it: a message handed out past its deadline shows up.
 REDELIVERY_TIMEOUT_MS = int(os.environ.get("KMQ_FAULT_REDELIVERY_TIMEOUT_MS", "6000"))
+#: The workers' consumer group session (librdkafka's default 45 s unless set): one shorter than the cluster's failover
+#: makes every worker drop its partitions when the coordinator dies, and the group rejoin after it.
+SESSION_TIMEOUT_MS = os.environ.get("KMQ_FAULT_SESSION_TIMEOUT_MS")
 STEADY_S = 3.0
 AFTER_S = 3.0
 
@@ -41,7 +44,9 @@ AFTER_S = 3.0
 def run_fault(name: str, inject: Injector, cluster: LocalCluster, cluster_config: ClusterConfig,
               tmp_path: Path) -> None:
     run_id = uuid.uuid4().hex[:6]
-    config = cluster_config(redelivery_timeout_ms=REDELIVERY_TIMEOUT_MS, tracker_group=f"trackers-{run_id}")
+    session = {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": "1000"} if SESSION_TIMEOUT_MS else {}
+    config = cluster_config(redelivery_timeout_ms=REDELIVERY_TIMEOUT_MS, tracker_group=f"trackers-{run_id}",
+                            consumer_kafka=session)
     traffic = Traffic(config, queue_apart_from_controller(cluster, f"jobs-{run_id}"), tmp_path)
     try:
         traffic.start()

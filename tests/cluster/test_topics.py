@@ -20,8 +20,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def kmq(config: Config, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in env_for(config).items() if not k.startswith(("KMQ_CLUSTER_", "KMQ_FAULT_"))}
-    return subprocess.run([sys.executable, "-m", "kmq.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kmq.cli", *args], cwd=ROOT, env=env_for(config), capture_output=True,
                           text=True, timeout=120, check=False)
 
 

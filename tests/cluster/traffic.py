@@ -34,7 +34,6 @@ from tests.markers_io import wait_for
 MAX_MESSAGES = 1_000_000
 WORKERS = 2
 TRACKERS = 2
-HARNESS_ENV = ("KMQ_CLUSTER_", "KMQ_FAULT_")
 #: The workers' handler: one that also notes the consumer's waits can be swapped in to see where time goes.
 HANDLER = os.environ.get("KMQ_FAULT_HANDLER", "tests.cluster.handlers:note")
 
@@ -81,9 +80,7 @@ class Traffic:
         self.dir = work_dir
         self.record = work_dir / "handled.jsonl"
         self.confirmed = work_dir / "confirmed.tsv"
-        # The harness's own KMQ_* knobs are not kmq settings (kmq refuses KMQ_* variables it does not know).
-        self.env = {k: v for k, v in env_for(config).items() if not k.startswith(HARNESS_ENV)}
-        self.env["KMQTEST_RECORD"] = str(self.record)
+        self.env = {**env_for(config), "KMQTEST_RECORD": str(self.record)}
         self.concurrency = concurrency
         self.procs: list[Proc] = []
         self.producer: Proc | None = None

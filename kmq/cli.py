@@ -246,8 +246,8 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
         for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
                                     replication_factor=args.replication_factor):
             note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
-            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions{note}; "
-                  f"replication factor {status.replication}, min.insync.replicas {status.min_insync})")
+            print(f"{status.name}: {'created' if status.created else 'exists'} ({status.partitions} partitions{note}), "
+                  f"replication factor {status.replication}, min.insync.replicas {status.min_insync}")
     else:
         for name, partitions in check_topics(config).items():
             print(f"{name}: ok ({partitions} partitions)")

@@ -135,6 +135,7 @@ class LocalCluster:
             for node in self.nodes:
                 node.launch()
             self.wait_ready(self.start_timeout_s)
+            self.admin().create_offsets_topic(self.bootstrap_servers)
         except BaseException:
             self.stop()
             raise

@@ -6,17 +6,28 @@ NOT_COORDINATOR / LEADER_NOT_AVAILABLE for a moment, and a fault test asks exact
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kmq.testing.broker import BrokerError
 
 T = TypeVar("T")
 INTERNAL_TOPIC_PREFIX = "__"
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group``: Java's ``String.hashCode`` (over UTF-16 code units, 32-bit
+    overflow), its sign bit cleared (Kafka's ``Utils.abs``), modulo the partition count."""
+    h = 0
+    for unit in struct.unpack(f"<{len(group.encode('utf-16-le')) // 2}H", group.encode("utf-16-le")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions
 
 
 class ClusterAdmin:
@@ -52,14 +63,28 @@ class ClusterAdmin:
         return {(t, p): leader for t in topics for p, (leader, _r, _i) in self.partitions(t, timeout_s).items()}
 
     def coordinator(self, group: str, timeout_s: float = 10.0) -> int:
-        """The broker coordinating consumer group ``group`` (the leader of its ``__consumer_offsets`` partition)."""
+        """The broker coordinating consumer group ``group``: the leader of its ``__consumer_offsets`` partition
+        (Kafka's rule, so no request about the group is needed: librdkafka 2.16 was seen to abort in a
+        DescribeConsumerGroups sent to a cluster started a moment before)."""
         def ask() -> int:
-            future = self._admin.describe_consumer_groups([group], request_timeout=min(5.0, timeout_s))[group]
-            described = future.result(timeout=timeout_s)
-            if described.coordinator is None or described.state == ConsumerGroupState.UNKNOWN:
+            partitions = self.partitions(OFFSETS_TOPIC, timeout_s)
+            leader = partitions[offsets_partition(group, len(partitions))][0]
+            if leader < 0:
                 raise BrokerError(f"group {group!r} has no coordinator now")
-            return int(described.coordinator.id)
+            return leader
         return _retry(ask, timeout_s, f"coordinator of group {group!r}")
+
+    def create_offsets_topic(self, bootstrap_servers: str, timeout_s: float = 60.0) -> None:
+        """Makes the cluster create ``__consumer_offsets`` now (it does on the first group request) and waits until
+        each of its partitions has a leader, so that the first consumer group of a test finds its coordinator."""
+        consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "kmq-cluster-ready",
+                             "log_level": 0})
+        try:
+            _retry(lambda: consumer.committed([TopicPartition(OFFSETS_TOPIC + "-probe", 0)], timeout=5),
+                   timeout_s, "the group coordinator")
+        finally:
+            consumer.close()
+        _retry(lambda: _all_led(self.partitions(OFFSETS_TOPIC, timeout_s)), timeout_s, "the offsets topic's leaders")
 
     def topics(self, timeout_s: float = 10.0, *, internal: bool = True) -> list[str]:
         meta = _retry(lambda: self._admin.list_topics(timeout=min(5.0, timeout_s)), timeout_s, "topic list")
@@ -95,6 +120,12 @@ class ClusterAdmin:
                 raise BrokerError(f"{len(lagging)} partition(s) still under-replicated after {timeout_s:.0f}s: "
                                   f"{', '.join(lagging[:5])}")
             time.sleep(0.25)
+
+
+def _all_led(partitions: dict[int, tuple[int, list[int], list[int]]]) -> None:
+    leaderless = [p for p, (leader, _r, _i) in partitions.items() if leader < 0]
+    if leaderless:
+        raise BrokerError(f"partitions {leaderless} have no leader yet")
 
 
 def _retry(ask: Callable[[], T], timeout_s: float, what: str) -> T:

@@ -25,7 +25,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,7 +239,7 @@ def _format_all(formats: list[tuple[list[str], Path]], cluster_id: str) -> None:
             result.result()
 
 
-def quorum_leader(nodes: Iterable[ClusterNode]) -> int | None:
+def quorum_leader(nodes: list[ClusterNode]) -> int | None:
     """The active controller, from the ``quorum-state`` file KRaft keeps in each live node's metadata log dir: the
     leader named with the highest epoch (librdkafka cannot ask the quorum, and in KRaft ``describe_cluster``
     names a random broker as "controller")."""
@@ -255,7 +255,8 @@ def quorum_leader(nodes: Iterable[ClusterNode]) -> int | None:
         leader, epoch = int(state.get("leaderId", -1)), int(state.get("leaderEpoch", -1))
         if leader >= 0 and (best is None or epoch > best[1]):
             best = (leader, epoch)
-    return best[0] if best else None
+    alive = {n.node_id for n in nodes if n.alive}
+    return best[0] if best and best[0] in alive else None  # a dead leader: the election is under way
 
 # --- `make cluster-up` / `make cluster-down`: nodes that outlive the command that started them ---------------
 

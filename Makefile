@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
-.PHONY: test-celery celery-install
+.PHONY: test-celery celery-install cluster-up cluster-down test-cluster
 
 venv install: $(STAMP)
 
@@ -42,6 +42,17 @@ kafka-up: kafka-fetch
 
 kafka-down: $(STAMP)
 	@$(PY) -m kmq.testing.broker down
+
+# A replicated three-node KRaft cluster (RF 3, min.insync.replicas 2); `python -m kmq.testing.cluster status|kill N|restart N`.
+cluster-up: kafka-fetch
+	@$(PY) -m kmq.testing.cluster up
+
+cluster-down: $(STAMP)
+	@$(PY) -m kmq.testing.cluster down
+
+# Failover tests on a three-node cluster (their own, or `make cluster-up`'s with KMQ_CLUSTER_BOOTSTRAP_SERVERS).
+test-cluster: kafka-fetch
+	$(PY) -m pytest tests/cluster -p no:cacheprovider
 
 demo: kafka-fetch
 	$(PY) -m kmq.demo

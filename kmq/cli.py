@@ -127,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("action", choices=["create", "check"])
     topics.add_argument("--partitions", type=COUNT, default=6, help="messages topic partitions (default 6)")
     topics.add_argument("--marker-partitions", type=COUNT, default=3, help="markers/DLQ partitions (default 3)")
-    topics.add_argument("--replication-factor", type=COUNT, default=1)
+    topics.add_argument("--replication-factor", type=COUNT, default=None,
+                        help="default: from the cluster, 3 with three or more brokers (min.insync.replicas: one less)")
+    topics.add_argument("--strict", action="store_true",
+                        help="check: exit 1 when a topic is less durable than kmq needs (replication, min ISR, "
+                             "unclean election, markers retention)")
 
     send = _sub(subs, "send", "Send messages to a queue: an argument, a file, or stdin lines.")
     send.add_argument("queue")
@@ -266,7 +270,7 @@ def _fail(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> int
 
 
 def cmd_topics(config: Config, args: argparse.Namespace) -> int:
-    from kmq._kafka.topics import check_topics, create_topics
+    from kmq._kafka.topics import check_topics, create_topics, durability_warnings
 
     timeout_s = config.connect_timeout_ms / 1000
     if args.action == "create":
@@ -274,11 +278,15 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
                                     replication_factor=args.replication_factor, timeout_s=timeout_s):
             note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
             print(f"{status.name}: {'created' if status.created else 'exists'} "
-                  f"({plural(status.partitions, 'partition')}{note})")
+                  f"({plural(status.partitions, 'partition')}{note}), "
+                  f"replication factor {status.replication}, min.insync.replicas {status.min_insync}")
     else:
         for name, partitions in check_topics(config, timeout_s=timeout_s, strict_retention=True).items():
             print(f"{name}: ok ({plural(partitions, 'partition')})")
-    return EXIT_OK
+    weak = durability_warnings(config, timeout_s=timeout_s)
+    for line in weak:
+        print(f"warning: {line}")
+    return EXIT_ERROR if weak and args.action == "check" and args.strict else EXIT_OK
 
 
 def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[bytes]:

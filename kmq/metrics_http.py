@@ -17,11 +17,15 @@ from kmq.errors import KmqError
 #: How long a probe's answer is reused: a scraper polling /healthz every second costs one metadata call per 5 s.
 PROBE_CACHE_S = 5.0
 PROBE_TIMEOUT_S = 2.0
+#: Records unacknowledged this long with none acknowledged meanwhile: writes are failing (Starts normally take ms).
+STALLED_S = 3.0
+#: A health answer that starts with this is served as 200: working, with something to say (under-replicated).
+DEGRADED = "degraded: "
 
 
 class Health(Protocol):
     def __call__(self) -> str | None:
-        """None when healthy, else why not (one line)."""
+        """None when healthy, else why not (one line); ``DEGRADED`` + why: healthy, but short of what it should be."""
 
 
 class MetadataClient(Protocol):
@@ -29,17 +33,26 @@ class MetadataClient(Protocol):
 
 
 class BrokerProbe:
-    """Healthy while the broker answers a metadata request naming ``topic`` and the topic exists."""
+    """Healthy while the broker answers a metadata request naming ``topic``, the topic exists, each of its partitions
+    has a leader, and (given ``stalled``, seconds the client's writes have waited unacknowledged) writes go through:
+    while a dead broker is still in the in-sync replicas (until the controller fences it) metadata looks fine and
+    every acks=all write waits. Degraded (still 200) while partitions are under-replicated."""
 
-    def __init__(self, client: MetadataClient, topic: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, client: MetadataClient, topic: str, monotonic: Callable[[], float] = time.monotonic,
+                 stalled: Callable[[], float] | None = None) -> None:
         self._client = client
         self._topic = topic
         self._monotonic = monotonic
+        self._stalled = stalled
         self._lock = threading.Lock()
         self._checked_at = -PROBE_CACHE_S
         self._problem: str | None = None
 
     def __call__(self) -> str | None:
+        stalled_s = self._stalled() if self._stalled is not None else 0.0
+        if stalled_s >= STALLED_S:
+            return (f"writes to Kafka unacknowledged for {stalled_s:.0f} s (a broker down and not yet fenced, or "
+                    "partitions without a leader or without enough in-sync replicas)")
         with self._lock:
             if self._monotonic() - self._checked_at >= PROBE_CACHE_S:
                 self._problem = self._check()
@@ -50,10 +63,19 @@ class BrokerProbe:
         try:
             meta = self._client.list_topics(self._topic, timeout=PROBE_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - any failure to answer is "unhealthy", with its text
-            return f"broker unreachable: {err}"
+            kafka_error = err.args[0] if err.args and hasattr(err.args[0], "str") else None
+            return f"broker unreachable: {kafka_error.str() if kafka_error is not None else err}"
         info = getattr(meta, "topics", {}).get(self._topic)
         if info is None or getattr(info, "error", None) is not None:
             return f"topic {self._topic!r} does not exist"
+        partitions = getattr(info, "partitions", {})
+        leaderless = sorted(p for p, pm in partitions.items() if getattr(pm, "leader", 0) < 0)
+        if leaderless:
+            return f"topic {self._topic!r}: no leader for partitions {leaderless} (leader not available)"
+        short = [p for p, pm in partitions.items() if len(getattr(pm, "isrs", ())) < len(getattr(pm, "replicas", ()))]
+        if short:
+            return (f"{DEGRADED}topic {self._topic!r}: {len(short)} of {len(partitions)} partitions under-replicated "
+                    "(a broker is down or catching up)")
         return None
 
 
@@ -66,8 +88,11 @@ def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> 
                 body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
             elif self.path.startswith("/healthz"):
                 problem = health()
-                body = b"ok\n" if problem is None else f"unhealthy: {problem}\n".encode()
-                status, kind = (200 if problem is None else 503), "text/plain"
+                if problem is None or problem.startswith(DEGRADED):
+                    body, status = (b"ok\n" if problem is None else f"ok ({problem})\n".encode()), 200
+                else:
+                    body, status = f"unhealthy: {problem}\n".encode(), 503
+                kind = "text/plain"
             else:
                 body, status, kind = b"not found\n", 404, "text/plain"
             self.send_response(status)

@@ -87,9 +87,10 @@ class Service:
         return self._queues[name]
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
-                      replication_factor: int = 1) -> list[TopicStatus]:
+                      replication_factor: int | None = None) -> list[TopicStatus]:
         """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
-        as ``kmq topics create`` does; existing topics are kept as they are."""
+        as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or more brokers);
+        existing topics are kept as they are."""
         return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
                              replication_factor=replication_factor)
 

@@ -14,10 +14,13 @@ OWNERSHIP_LOST = frozenset({
 })
 
 # Offset-query errors of a partition whose leader is moving or not yet serving (a topic created a moment ago gives
-# NOT_LEADER_FOR_PARTITION until its broker has loaded it): they pass, so a one-shot query retries them.
+# NOT_LEADER_FOR_PARTITION until its broker has loaded it; a query sent to a broker that just died ends with
+# _TRANSPORT or _DESTROY_BROKER until the cluster has moved its leaderships): they pass, so a one-shot query
+# retries them.
 LEADERSHIP_MOVING = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER,
 })
 
 

@@ -29,8 +29,8 @@ class MarkerProducer(Protocol):
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
                 on_done: Callable[[Any, Any], None] | None = None) -> None: ...
-    def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Any = None) -> Delivery[MessageId]: ...
+    def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
+                       on_record: Callable[[Any], None] | None = None) -> Delivery[MessageId]: ...
     def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
                      on_done: Callable[[Any, Any], None]) -> None: ...
     def flush(self, timeout_s: float) -> int: ...
@@ -52,19 +52,33 @@ class PolledProducer:
         self._warm_topic = warm_topic
         self._lock = threading.Lock()
         self._waiters = 0
+        self._progress_at = time.monotonic()
         self._thread = threading.Thread(target=self._serve, name=f"kmq-{name}-poll", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
         if self._warm_topic is not None:
             self._warm_up(self._warm_topic)
+        pending_before = 0
         while not self._closed.is_set():
             if self._waiters:
                 # A synchronous wait serves the reports meanwhile (see wait): two threads polling one queue
                 # race for each report, and the loser's flush slice runs out its time.
                 self._closed.wait(FLUSH_SLICE_S)
-                continue
-            self._producer.poll(0.05)
+                served = 0
+            else:
+                served = self._producer.poll(0.05)
+            pending = len(self._producer)
+            if served or pending == 0 or pending < pending_before:
+                self._progress_at = time.monotonic()
+            pending_before = pending
+
+    def stalled_s(self) -> float:
+        """How long records have waited with none acknowledged (0 when none waits): a failover, a partition without
+        a leader or without enough in-sync replicas. Costs nothing per record: the poll thread looks."""
+        if len(self._producer) == 0:
+            return 0.0
+        return max(0.0, time.monotonic() - self._progress_at)
 
     def _warm_up(self, topic: str) -> None:
         for _ in range(2):
@@ -109,15 +123,20 @@ class PolledProducer:
                 self.produce(topic, message["value"], key, on_done=on_done)  # waits for room; raises the rest
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Sequence[tuple[str, bytes]] | None = None, block: bool = True) -> Delivery[MessageId]:
+                       headers: Sequence[tuple[str, bytes]] | None = None,
+                       on_record: Callable[[KafkaMessage], None] | None = None, block: bool = True,
+                       ) -> Delivery[MessageId]:
+        """A Delivery for one record; ``on_record`` sees the delivered record (its broker timestamp) first."""
         delivery: Delivery[MessageId] = Delivery()
 
         def done(err: KafkaError | None, record: KafkaMessage) -> None:
             if err is not None:
                 delivery._set(None, DeliveryError(f"delivery to {topic} failed: {err.str()}",
                                                   retriable=err.retriable(), code=err.code()))
-            else:
-                delivery._set(message_id(record), None)
+                return
+            if on_record is not None:
+                on_record(record)
+            delivery._set(message_id(record), None)
 
         self.produce(topic, value, key, headers, done, block=block)
         return delivery

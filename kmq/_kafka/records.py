@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from confluent_kafka import Message as KafkaMessage
 
 from kmq import wire
@@ -28,3 +29,9 @@ def record_timestamp_ms(record: KafkaMessage) -> int:
     return int(ts) if kind != 0 and ts is not None and ts >= 0 else 0
 
 
+
+
+def log_append_time_ms(record: KafkaMessage) -> int:
+    """The broker's append time of a record of a LogAppendTime topic (a delivery report carries it), else 0."""
+    kind, ts = record.timestamp()
+    return int(ts) if kind == TIMESTAMP_LOG_APPEND_TIME and ts is not None and ts > 0 else 0

@@ -1,4 +1,5 @@
-"""The three kmq topics: create them with the settings kmq relies on, or check existing ones."""
+"""The kmq topics: create them with the settings kmq relies on (replicated as the cluster allows, see
+``durability``), or check existing ones."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
 
+from kmq._kafka import durability
 from kmq._kafka.errors import to_kmq_error
 from kmq._kafka.retention import check_retention
 from kmq._kafka.settings import base_settings
@@ -29,6 +31,8 @@ class TopicStatus:
     partitions: int
     created: bool
     requested: int
+    replication: int = 0
+    min_insync: int = 0
 
 
 def _admin(config: Config) -> AdminClient:
@@ -36,19 +40,29 @@ def _admin(config: Config) -> AdminClient:
 
 
 def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int = 3,
-                  replication_factor: int = 1, timeout_s: float = 30.0) -> list[TopicStatus]:
-    """Creates the messages, markers (LogAppendTime), dead-letter and control topics; existing ones are checked."""
+                  replication_factor: int | None = None, timeout_s: float = 30.0) -> list[TopicStatus]:
+    """Creates the messages, markers (LogAppendTime), dead-letter and control topics; existing ones are checked.
+
+    ``replication_factor`` None: from the cluster, 3 where it has three or more brokers (``durability``). Every topic
+    created gets ``min.insync.replicas`` = replication factor - 1 (at least 1) and unclean leader election off."""
     for name, value in (("partitions", partitions), ("marker_partitions", marker_partitions),
-                        ("replication_factor", replication_factor)):
+                        ("replication_factor", replication_factor or 1)):
         if value < 1:
             raise TopicError(f"{name} must be at least 1, got {value}")
     admin = _admin(config)
+    if replication_factor is None:
+        replication_factor, min_insync = durability.replication_for(_brokers(admin, config, timeout_s))
+    else:
+        min_insync = max(1, replication_factor - 1)
+    durable = {"min.insync.replicas": str(min_insync), "unclean.leader.election.enable": "false"}
     wanted = [
-        NewTopic(config.message_topic, partitions, replication_factor),
-        NewTopic(config.marker_topic, marker_partitions, replication_factor, config=dict(MARKER_TOPIC_CONFIG)),
-        NewTopic(config.dlq_topic, marker_partitions, replication_factor),
+        NewTopic(config.message_topic, partitions, replication_factor, config=dict(durable)),
+        NewTopic(config.marker_topic, marker_partitions, replication_factor,
+                 config={**MARKER_TOPIC_CONFIG, **durable}),
+        NewTopic(config.dlq_topic, marker_partitions, replication_factor, config=dict(durable)),
         # Pause and purge records: one partition, compacted (the latest per queue is what counts).
-        NewTopic(control_topic(config.message_topic), 1, replication_factor, config={"cleanup.policy": "compact"}),
+        NewTopic(control_topic(config.message_topic), 1, replication_factor,
+                 config={"cleanup.policy": "compact", **durable}),
     ]
     created_now: dict[str, bool] = {}
     for topic, future in admin.create_topics(wanted, operation_timeout=timeout_s,
@@ -67,8 +81,29 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         created_now[topic] = created
     _wait_until_served(admin, [t.topic for t in wanted], config, timeout_s)
     actual = check_topics(config, timeout_s=timeout_s, admin=admin)
-    return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions)
-            for t in wanted]
+    replicated = {d.name: d for d in durability.describe(admin, [t.topic for t in wanted], timeout_s)}
+    return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions,
+                        replicated[t.topic].replication, replicated[t.topic].min_insync) for t in wanted]
+
+
+def _brokers(admin: AdminClient, config: Config, timeout_s: float) -> int:
+    try:
+        return len(admin.list_topics(timeout=timeout_s).brokers)
+    except KafkaException as exc:
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
+                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+
+
+def durability_warnings(config: Config, *, timeout_s: float = 30.0,
+                        admin: AdminClient | None = None) -> list[str]:
+    """What makes the existing kmq topics less durable than kmq needs on this cluster, one line each."""
+    admin = admin or _admin(config)
+    names = [config.message_topic, config.marker_topic, config.dlq_topic]
+    control = control_topic(config.message_topic)
+    if control in admin.list_topics(timeout=timeout_s).topics:
+        names.append(control)
+    return durability.warnings(durability.describe(admin, names, timeout_s), _brokers(admin, config, timeout_s),
+                               config.marker_topic)
 
 
 def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, timeout_s: float) -> None:
@@ -109,7 +144,7 @@ def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient 
             raise TopicError(f"topic {topic!r} does not exist: create it with `kmq topics create`")
         found[topic] = len(info.partitions)
     resource = ConfigResource(ConfigResource.Type.TOPIC, config.marker_topic)
-    described = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    described = durability.describe_configs(admin, [resource], timeout_s)[resource]
     ts_type = described["message.timestamp.type"].value
     if ts_type != "LogAppendTime":
         raise TopicError(f"markers topic {config.marker_topic!r} has message.timestamp.type={ts_type}; "

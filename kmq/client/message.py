@@ -50,6 +50,9 @@ class Message:
     _next_keep_alive: float = field(default=0.0, repr=False)
     #: The ``process`` span its settles are recorded on, while one runs (kmq.otel; None when tracing is off).
     _span: Any = field(default=None, repr=False)
+    #: The tracker's deadline for this delivery on the broker's clock, as far as durable markers prove it (ms; 0:
+    #: no Start reported yet, or no Start at all).
+    _deadline_ms: int = field(default=0, repr=False)
 
     @property
     def enqueued_at(self) -> datetime:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
 from kmq.redelivery.clock import DeadlineClock, Monotonic
+from kmq.redelivery.horizon import ReadHorizon
 from kmq.redelivery.partition_state import PartitionState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -42,6 +43,8 @@ class Partition:
     assigned_at: float
     caught_up: bool = False
     markers_read: int = 0
+    #: How far its deadlines may fire on evidence that the log is read up to there (kmq.redelivery.horizon).
+    horizon: ReadHorizon = field(default_factory=ReadHorizon)
 
 
 class OwnedPartitions:

@@ -33,6 +33,7 @@ from kmq.redelivery.partition_state import PartitionState
 from kmq.redelivery.partitions import OwnedPartitions, Partition
 from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
+from kmq.wire import CLOCK_PROBE_KEY
 from kmq.wire.marker_batch import decode_batch
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -41,6 +42,9 @@ BATCH = 1000
 MIN_COMMIT_INTERVAL_S = 0.1
 #: The longest the loop waits for markers; less when a deadline falls due sooner.
 POLL_S = 0.05
+#: How often the loop looks for a clock probe sent less than PROBE_FAST_S ago (see horizon.py).
+PROBE_POLL_S = 0.005
+PROBE_FAST_S = 0.2
 METRICS_INTERVAL_S = 5.0
 #: How often the tracker says it cannot reach the broker.
 COMPLAIN_EVERY_S = 5.0
@@ -75,7 +79,8 @@ class RedeliveryTracker:
                                         config.message_topic)
         self._markers = clients.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
                                          "tracker-markers", config.marker_topic)
-        self._probe = BrokerProbe(self._markers.client, config.marker_topic)
+        self._probe = BrokerProbe(self._markers.client, config.marker_topic,
+                                  stalled=lambda: max(self._markers.stalled_s(), self._sender.stalled_s()))
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = clients.control(config, None).start()
         #: Reads back the records of Starts by reference when they are redelivered (made on the first).
@@ -150,10 +155,22 @@ class RedeliveryTracker:
         for _p, part in self._owned.items():
             due = part.state.next_deadline_ms()
             if due is not None and part.caught_up:
-                wait_ms = part.clock.ms_until(due + 1)  # fires once "now" is past the deadline
+                wait_ms: float | None
+                if self._clock_probes is not None and part.horizon.waiting(due, part.clock.now_ms()):
+                    wait_ms = self._probe_wait_ms(part.horizon.probe_sent_at)
+                else:
+                    wait_ms = part.clock.ms_until(due + 1)  # fires once "now" is past the deadline
                 if wait_ms is not None and wait_ms < timeout_ms:
                     timeout_ms = wait_ms
         return timeout_ms / 1000
+
+    # 1. read
+
+    def _probe_wait_ms(self, sent_at: float | None) -> float:
+        """While a due deadline waits for its probe: a probe is back within milliseconds on a healthy partition,
+        so look often at first; a partition that does not take it (a failover) is not spun on."""
+        young = sent_at is not None and self._monotonic() - sent_at < PROBE_FAST_S
+        return PROBE_POLL_S * 1000 if young else POLL_S * 1000
 
     # 1. read
 
@@ -190,10 +207,13 @@ class RedeliveryTracker:
             except MarkerDecodeError as bad:
                 self.metrics.malformed.inc()
                 log.warning("malformed_marker", partition=state.partition, offset=offset, reason=bad.reason)
+            if part.horizon.probe_sent_at is not None and record.key() == CLOCK_PROBE_KEY:
+                part.horizon.read(timestamp_ms, probe=True, monotonic_s=self._monotonic())
             if offset >= state.next_offset:
                 state.next_offset = offset + 1
         for part, timestamp_ms in newest.values():
             part.clock.observe(timestamp_ms)
+            part.horizon.read(timestamp_ms)
         self._commits.note(len(records))
 
     def _apply_batch(self, state: PartitionState, offset: int, timestamp_ms: int, value: bytes) -> None:
@@ -231,6 +251,10 @@ class RedeliveryTracker:
             now_ms = part.clock.now_ms()
             if now_ms is None:
                 continue
+            if self._clock_probes is not None:  # only on evidence that the log is read up to the deadline
+                now_ms, probe = part.horizon.limit(now_ms, part.state.next_deadline_ms(), self._monotonic())
+                if probe:
+                    self._clock_probes.send(p)
             for item in part.state.take_expired(now_ms):
                 if purges and (item.enqueued_at_ms or item.start_timestamp_ms) < purges.get(item.queue, 0):
                     self._redeliverer.submit(Attempt(p, item, dead_letter=False, purged=True))

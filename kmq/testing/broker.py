@@ -125,7 +125,23 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _die_with_parent() -> None:
+def jvm_command(java: str, heap: str, log4j: Path, libs: Path) -> list[str]:
+    """The ``java ... -cp libs/*`` prefix shared by the storage tool and the broker."""
+    return [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
+
+
+def format_storage(jvm: list[str], props_file: Path, cluster_id: str, *, standalone: bool) -> None:
+    """``StorageTool format``: ``standalone`` for a single node that bootstraps its own quorum, plain for a node
+    of a static ``controller.quorum.voters`` quorum (every voter formatted with the same cluster id)."""
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", *(["--standalone"] if standalone else []),
+         f"--cluster-id={cluster_id}", "-c", str(props_file)], capture_output=True, text=True, check=False)
+    if fmt.returncode != 0:
+        raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+
+
+def die_with_parent() -> None:
     # Linux only: the JVM gets SIGTERM if the Python process that started it dies, even by SIGKILL.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -171,19 +187,13 @@ class LocalKafka:
         props_file.write_text(render_properties(props))
         log4j = self.work_dir / "log4j2.properties"
         log4j.write_text(log4j2_properties(self.log_file))
-        classpath = f"{libs}/*"
-        jvm = [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-               f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
-        fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={new_cluster_id()}",
-             "-c", str(props_file)], capture_output=True, text=True, check=False)
-        if fmt.returncode != 0:
-            raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        jvm = jvm_command(java, self.heap, log4j, libs)
+        format_storage(jvm, props_file, new_cluster_id(), standalone=True)
         out = open(self.work_dir / "stdout.log", "wb")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
             [*jvm, "kafka.Kafka", str(props_file)], stdout=out, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=self.detached,
-            preexec_fn=None if self.detached else _die_with_parent)
+            preexec_fn=None if self.detached else die_with_parent)
         out.close()
         try:
             self._wait_ready(started)
@@ -248,7 +258,7 @@ def up(port: int | None) -> str:
     state = _state_file()
     if state.exists():
         info = json.loads(state.read_text())
-        if _alive(int(info["pid"])):
+        if alive(int(info["pid"])):
             return str(info["bootstrap"])
         state.unlink()
     work = cache_root() / "run" / "broker"
@@ -271,16 +281,16 @@ def down() -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 20
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, signal.SIGKILL)
     state.unlink()
     shutil.rmtree(info["dir"], ignore_errors=True)
     return True
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -243,7 +243,9 @@ class Worker:
             if not self._consumers:
                 return "starting"
             if not probes:
-                probes.append(BrokerProbe(self._consumers[0].metadata_client, self.config.marker_topic))
+                consumers = list(self._consumers)
+                probes.append(BrokerProbe(consumers[0].metadata_client, self.config.marker_topic,
+                                          stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
             failed = next((c.failure for c in self._consumers if c.failure), None)
             return failed or probes[0]()
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmq.config import Config
 from kmq.delivery import Delivery
-from kmq.wire import MessageId
+from kmq.wire import MessageId, now_ms
 from kmq.wire.control import ControlState
 from tests.unit.fakes import FakeRecord
 
@@ -178,6 +178,8 @@ class FakeProducerClient:
     undelivered: int = 0
     closed: bool = False
     _offsets: dict[str, int] = field(default_factory=dict)
+    #: Called with each delivered record (FakeClients feeds those of the group's topic back to the group client).
+    loopback: Callable[[Record], None] | None = None
 
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None,
                 on_done: Callable[[Any, Any], None] | None = None, partition: int | None = None) -> None:
@@ -187,14 +189,21 @@ class FakeProducerClient:
             return
         offset = self._offsets.get(topic, 0)
         self._offsets[topic] = offset + 1
+        record = Record(topic, partition or 0, offset, key, value, headers_=list(headers or []) or None,
+                        timestamp_ms=now_ms())
+        if self.loopback is not None:
+            self.loopback(record)
         if on_done is not None:
-            on_done(None, Record(topic, partition or 0, offset, key, value))
+            on_done(None, record)
 
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
-                       headers: Sequence[tuple[str, bytes]] | None = None) -> Delivery[MessageId]:
+                       headers: Sequence[tuple[str, bytes]] | None = None,
+                       on_record: Callable[[Any], None] | None = None) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()
 
         def done(err: Any, record: Record) -> None:
+            if on_record is not None:
+                on_record(record)
             delivery._set(MessageId(record.partition(), record.offset()), None)
 
         self.produce(topic, value, key, headers, done)
@@ -211,6 +220,9 @@ class FakeProducerClient:
     def close(self, timeout_s: float = 10.0) -> int:
         self.closed = True
         return self.undelivered
+
+    def stalled_s(self) -> float:
+        return 0.0
 
     @property
     def client(self) -> Any:
@@ -290,6 +302,10 @@ class FakeReaderClient:
         self.closed = True
 
 
+#: Where records a member wrote to its own group's topic start (above any offset a test feeds).
+LOOPBACK_OFFSET = 1_000_000
+
+
 @dataclass
 class FakeClients:
     """The ClientFactory: hands out the given group client, and one FakeProducerClient per producer asked for."""
@@ -307,8 +323,14 @@ class FakeClients:
         return self.group
 
     def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> FakeProducerClient:
-        self.producers.append(FakeProducerClient(broker_gone=self.broker_gone))
+        self.producers.append(FakeProducerClient(broker_gone=self.broker_gone, loopback=self._loop_back))
         return self.producers[-1]
+
+    def _loop_back(self, record: Record) -> None:
+        """What a member writes to its group's topic it reads back (a tracker's clock probes and Ends), after the
+        records the test fed (offsets from LOOPBACK_OFFSET on, so they never collide)."""
+        if record.topic_ == self.group.topic:
+            self.group.feed([replace(record, offset_=record.offset_ + LOOPBACK_OFFSET)])
 
     def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> FakeControl:
         return FakeControl(self.control_state)

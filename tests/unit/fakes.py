@@ -119,6 +119,7 @@ class Produced:
     on_done: Callable[[Any, Any], None] | None = None
     delivery: Delivery[MessageId] | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
+    on_record: Callable[[Any], None] | None = None
 
 
 @dataclass
@@ -131,9 +132,10 @@ class FakeProducer:
                 on_done: Callable[[Any, Any], None] | None = None) -> None:
         self.records.append(Produced(topic, value, key, on_done, headers=list(headers or [])))
 
-    def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None) -> Delivery[MessageId]:
+    def produce_future(self, topic: str, value: bytes, key: bytes | None, headers: Any = None,
+                       on_record: Callable[[Any], None] | None = None) -> Delivery[MessageId]:
         delivery: Delivery[MessageId] = Delivery()
-        self.records.append(Produced(topic, value, key, delivery=delivery))
+        self.records.append(Produced(topic, value, key, delivery=delivery, on_record=on_record))
         return delivery
 
     def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
@@ -141,9 +143,12 @@ class FakeProducer:
         for value in values:
             self.produce(topic, value, key, on_done=on_done)
 
-    def deliver(self, error: BaseException | None = None) -> None:
+    def deliver(self, error: BaseException | None = None, report: Any = None) -> None:
+        """Completes every pending delivery; ``report`` is the delivered record ``on_record`` sees."""
         for record in self.records:
             if record.delivery is not None and not record.delivery.done():
+                if error is None and record.on_record is not None:
+                    record.on_record(report)
                 record.delivery._set(None if error else MessageId(0, 0), error)
 
     def flush(self, timeout_s: float) -> int:

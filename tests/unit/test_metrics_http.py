@@ -54,3 +54,35 @@ def test_healthz_is_503_with_the_reason_and_binds_loopback() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_probe_names_leaderless_partitions_and_calls_under_replication_degraded() -> None:
+    client = _Client()
+    parts = {0: SimpleNamespace(leader=1, replicas=[1, 2, 3], isrs=[1, 2, 3]),
+             1: SimpleNamespace(leader=2, replicas=[2, 3, 1], isrs=[2, 3])}
+    client.topics = {"m": SimpleNamespace(error=None, partitions=parts)}
+    now = [0.0]
+    probe = BrokerProbe(client, "m", lambda: now[0])
+    assert probe() == "degraded: topic 'm': 1 of 2 partitions under-replicated (a broker is down or catching up)"
+    parts[1] = SimpleNamespace(leader=-1, replicas=[2, 3, 1], isrs=[])
+    now[0] = 5.0
+    assert probe() == "topic 'm': no leader for partitions [1] (leader not available)"
+
+
+def test_the_probe_is_unhealthy_while_writes_wait_unacknowledged_whatever_metadata_says() -> None:
+    stalled = [0.5]
+    probe = BrokerProbe(_Client(), "kmq.markers", lambda: 0.0, stalled=lambda: stalled[0])
+    assert probe() is None
+    stalled[0] = 4.2
+    assert (probe() or "").startswith("writes to Kafka unacknowledged for 4 s")
+
+
+def test_degraded_is_served_as_200_with_what_is_short() -> None:
+    port = free_port()
+    server = serve(CollectorRegistry(), "127.0.0.1", port, lambda: "degraded: topic 'm': 1 of 2 under-replicated")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as ok:
+            assert ok.status == 200 and ok.read() == b"ok (degraded: topic 'm': 1 of 2 under-replicated)\n"
+    finally:
+        server.shutdown()
+        server.server_close()

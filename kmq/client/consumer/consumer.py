@@ -169,7 +169,9 @@ class Consumer:
         """The next message, or None after ``timeout`` seconds (None waits for ever)."""
         if self._out and not self._closed and self._fatal is None:
             message = self._out.take_one()  # the common case under load, without the waiting machinery
-            if message is not None and not (self._purged_up_to and message._settled_as):  # else purged meanwhile
+            # Unless purged while buffered, or its deadline passed while it waited (then given back).
+            if message is not None and not (self._purged_up_to and message._settled_as) \
+                    and self._in_flight.hand_out([message]):
                 return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None
@@ -187,6 +189,8 @@ class Consumer:
             got = self._out.take(max_messages)
             if got and self._purged_up_to and any(m._settled_as for m in got):  # purged while buffered
                 got = [m for m in got if not m._settled_as]
+            if got:
+                got = self._in_flight.hand_out(got)  # those whose deadline passed while they waited: given back
             if got:
                 return got
             remaining = 0.2 if deadline is None else deadline - time.monotonic()
@@ -239,6 +243,10 @@ class Consumer:
     def failure(self) -> str | None:
         """Why this consumer stopped working (a fatal Kafka error), or None."""
         return None if self._fatal is None else str(self._fatal)
+
+    def writes_stalled_s(self) -> float:
+        """How long marker records (Starts, acks, keep-alives) have waited with none acknowledged (0: none waits)."""
+        return self._producer.stalled_s()
 
     @property
     def metadata_client(self) -> MetadataClient:

@@ -4,13 +4,19 @@ The table maps message id → Message. Popping an entry is what settles a messag
 threads settling one message exactly one wins, with no lock per message. A settle appends to the MarkerWriter and
 returns; a keep-alive thread refreshes every message in the table (Started, buffered or handed out) every
 ``redelivery_timeout_ms / 2``.
+
+Deadlines: each message knows the tracker's deadline for it as far as its durable Start and keep-alives prove it
+(a keep-alive appended after the deadline it was meant to move proves nothing: the tracker may have copied the
+message by then). ``hand_out`` gives back a message whose deadline passed, or is about to, while it waited (a
+failover can hold a commit, and the keep-alives covering it, for seconds) instead of handing it to a handler while
+the tracker's copy is on its way.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
 import structlog
@@ -25,6 +31,11 @@ from kmq.wire import MessageId
 from kmq.wire.markers import EndReason
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
+#: The most time a message's deadline must be ahead to be handed out (less for short redelivery timeouts).
+HAND_OUT_GUARD_MS = 2000
+#: How often the count of messages given back for their deadline is logged at most.
+LATE_LOG_EVERY_S = 5.0
 
 
 class InFlightMessages:
@@ -41,6 +52,13 @@ class InFlightMessages:
         self._table: dict[MessageId, Message] = {}
         self._stop = threading.Event()
         self.closed = False
+        self._after_ms = config.redelivery_timeout_ms
+        self._keep_alive_ms = config.keep_alive_interval_ms
+        #: A keep-alive sent now must land before the deadline: a keep-alive tick and a write's worth of margin.
+        self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
+        self.given_back_late = 0
+        self._late_logged = (0.0, 0)
+        writer.on_durable = self.durable
         self._thread = threading.Thread(target=self._keep_alive_loop, name=f"kmq-keepalive-{queue}", daemon=True)
         self._thread.start()
 
@@ -57,11 +75,64 @@ class InFlightMessages:
         """Forgets a message that was not handed out (its batch is rewound); it will be Started again."""
         self._table.pop(message_id, None)
 
+    def durable(self, ids: Sequence[MessageId], appended_ms: int) -> None:
+        """A Start or keep-alive record of ``ids``, appended at broker time ``appended_ms``, is durable (on the
+        producer's delivery thread)."""
+        table = self._table
+        for mid in ids:
+            msg = table.get(mid)
+            if msg is not None and (msg._deadline_ms == 0 or appended_ms < msg._deadline_ms):
+                msg._deadline_ms = max(msg._deadline_ms, appended_ms + self._after_ms)
+
+    def hand_out(self, messages: list[Message]) -> list[Message]:
+        """Of ``messages`` about to reach a handler, those whose deadline is safely ahead; the others are given back
+        (redelivered at once by the tracker, delivery count unchanged). One close to its deadline gets a keep-alive
+        at the next tick rather than at its usual time."""
+        now_ms = self._writer.broker_time.now_ms()
+        if now_ms is None:
+            return messages
+        soon = now_ms + self._keep_alive_ms
+        if all(m._deadline_ms == 0 or m._deadline_ms > soon for m in messages):
+            return messages  # the common case: nothing waited long
+        ready, late = [], []
+        for m in messages:
+            if m._deadline_ms == 0 or m._deadline_ms > now_ms + self._guard_ms:
+                if m._deadline_ms and m._deadline_ms <= soon:
+                    m._next_keep_alive = 0.0
+                ready.append(m)
+            else:
+                late.append(m)
+        for m in late:
+            try:
+                self._give_back(m)
+            except KmqError:
+                continue  # settled meanwhile (a purge): nothing to give back
+        self._log_late(late, now_ms)
+        return ready
+
+    def _log_late(self, late: list[Message], now_ms: int) -> None:
+        if not late:
+            return
+        self.given_back_late += len(late)
+        if time.monotonic() - self._late_logged[0] >= LATE_LOG_EVERY_S:
+            self._report_late(min(m._deadline_ms - now_ms for m in late))
+
+    def _report_late(self, deadline_in_ms: int | None = None) -> None:
+        """One line for the messages given back since the last line (a failover gives back a burst)."""
+        count = self.given_back_late - self._late_logged[1]
+        self._late_logged = (time.monotonic(), self.given_back_late)
+        if count:
+            log.warning("late_messages_given_back", queue=self._queue, count=count, total=self.given_back_late,
+                        deadline_in_ms=deadline_in_ms,
+                        note="their redelivery deadline passed, or was about to, while they waited (a Kafka "
+                             "failover?): redelivered instead of handed out twice")
+
     def close(self) -> list[MessageId]:
         """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
         self.closed = True
         self._stop.set()
         self._thread.join()
+        self._report_late()
         unsettled = list(self._table)
         self._table.clear()
         return unsettled
@@ -191,6 +262,8 @@ class InFlightMessages:
                 if msg._next_keep_alive <= now:
                     msg._next_keep_alive = now + interval_s
                     self._writer.keep_alive(msg.message_id)
+            if self.given_back_late > self._late_logged[1] and now - self._late_logged[0] >= LATE_LOG_EVERY_S:
+                self._report_late()  # the rest of a burst, once it is over
 
 
 

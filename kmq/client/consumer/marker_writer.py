@@ -1,7 +1,9 @@
 """MarkerWriter: writes one queue's markers, in the configured marker format.
 
 Starts are written when the consumer asks, one record per batch (``kmq``) or per message (``kafka-mq-go``), and
-each record gives a Delivery to wait on. Settles (ack, keep-alive, release, reject, the tracker's Ends) are O(1)
+each record gives a Delivery to wait on. Once a Start or keep-alive record is durable, ``on_durable`` learns its
+message ids and broker append time (what the tracker's deadline for them is counted from), and ``broker_time``
+learns how promptly the broker took it. Settles (ack, keep-alive, release, reject, the tracker's Ends) are O(1)
 appends to a buffer; a writer thread turns the buffer into records every ``settle_linger_ms`` or as soon as
 ``settle_batch_size`` settles wait. Within one write, keep-alives apply before releases and Ends, and those before
 acks, so a keep-alive that raced with a settle of the same message never outlives it.
@@ -11,14 +13,17 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 
 from kmq._kafka.producer import MarkerProducer
+from kmq._kafka.records import log_append_time_ms
 from kmq._util import take_all
+from kmq.client.consumer.broker_time import BrokerTime
 from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
@@ -40,6 +45,13 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 IDLE_WAIT_S = 0.05
 #: Entries of packed id lists per settle record; ~20 B each keeps a record far below the broker's 1 MB limit.
 MAX_SETTLES_PER_RECORD = 20_000
+
+#: Told the ids of a durable Start or keep-alive record and the broker time it was appended at (ms).
+Durable = Callable[[Sequence[MessageId], int], None]
+
+
+def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
+    pass
 
 
 class MarkerWriter:
@@ -69,6 +81,8 @@ class MarkerWriter:
         self._stop = threading.Event()
         #: Settle markers whose record failed to be written, since the start.
         self.undelivered = 0
+        self.broker_time = BrokerTime()
+        self.on_durable: Durable = _ignore
         self._thread = threading.Thread(target=self._run, name=f"kmq-markers-{key.decode(errors='replace')}",
                                         daemon=True)
         self._thread.start()
@@ -104,7 +118,10 @@ class MarkerWriter:
     def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable]) -> Delivery[MessageId]:
         value = encode_starts(self._key, self._after_ms, chunk, refs=refs, client_id=self._client_id,
                               instance_id=self._instance_id)
-        return self._producer.produce_future(self._topic, value, self._key)
+        ids = [m.message_id for m in chunk]
+        sent_at = time.monotonic()
+        return self._producer.produce_future(self._topic, value, self._key,
+                                             on_record=lambda record: self._durable(ids, sent_at, record))
 
     def _write_plain_starts(self, messages: Sequence[Startable]) -> Delivery[MessageId]:
         """One record per Start, one Delivery for them all: done when the last is, failed if any failed."""
@@ -112,12 +129,23 @@ class MarkerWriter:
         reported = itertools.count(1)  # next() is atomic: callbacks may run on the poll thread and in flush()
         errors: list[BaseException] = []
         total = len(messages)
+        sent_at = time.monotonic()
 
-        def done(err: Any, _record: Any) -> None:
+        ids = [m.message_id for m in messages]
+        appended: list[int] = []
+
+        def done(err: Any, record: Any) -> None:
+            # One callback for the batch (librdkafka's batch produce): the messages' deadlines count from the
+            # earliest append time among the batch's records, a few ms apart at most.
             if err is not None:
                 errors.append(DeliveryError(f"delivery to {self._topic} failed: {err.str()}",
                                             retriable=err.retriable(), code=err.code()))
+            elif (appended_ms := log_append_time_ms(record) if record is not None else 0):
+                self.broker_time.observe(sent_at, appended_ms)
+                appended.append(appended_ms)
             if next(reported) == total:
+                if not errors and appended:
+                    self.on_durable(ids, min(appended))
                 delivery._set(None, errors[0] if errors else None)
 
         key, after, client_id, instance_id = self._key, self._after_ms, self._client_id, self._instance_id
@@ -127,6 +155,13 @@ class MarkerWriter:
                          headers=m.headers.items(), client_id=client_id, instance_id=instance_id)
             for m in messages], key, done)
         return delivery
+
+    def _durable(self, ids: Sequence[MessageId], sent_at: float, record: Any) -> None:
+        appended_ms = log_append_time_ms(record) if record is not None else 0
+        if appended_ms:
+            self.broker_time.observe(sent_at, appended_ms)
+            if ids:
+                self.on_durable(ids, appended_ms)
 
     # --- settles (any thread: deque appends are atomic) -------------------------------------------------------
 
@@ -205,11 +240,13 @@ class MarkerWriter:
                           error=str(err))
 
     def _write_plain(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
-        after, instance_id = self._after_ms, self._instance_id
-        values = [encode_keep_alive(message_id, after) for message_id in keep_alives]
-        values += [encode(marker) for marker in others]
-        values += [encode_end(message_id, instance_id) for message_id in acks]
-        self._producer.produce_many(self._topic, values, self._key, self._one_delivered)
+        produce, topic, key, after = self._producer.produce, self._topic, self._key, self._after_ms
+        for message_id in keep_alives:  # one record each, so each reports its own message's new deadline
+            produce(topic, encode_keep_alive(message_id, after), key, on_done=self._reporter(1, (message_id,)))
+        values = [encode(marker) for marker in others]
+        values += [encode_end(message_id, self._instance_id) for message_id in acks]
+        if values:
+            self._producer.produce_many(topic, values, key, self._one_delivered)
 
     def _write_batches(self, keep_alives: list[MessageId], others: list[Marker], acks: list[MessageId]) -> None:
         step = MAX_SETTLES_PER_RECORD
@@ -217,18 +254,25 @@ class MarkerWriter:
             part_k, part_o, part_a = keep_alives[i:i + step], others[i:i + step], acks[i:i + step]
             value = encode_settles(self._key, self._after_ms, keep_alives=part_k, acks=part_a, others=part_o,
                                    client_id=self._client_id, instance_id=self._instance_id)
-            self._produce(value, len(part_k) + len(part_o) + len(part_a))
+            self._produce(value, len(part_k) + len(part_o) + len(part_a), part_k)
 
     def _one_delivered(self, err: Any, _record: Any) -> None:
         if err is not None:
             self.undelivered += 1
             log.error("markers_not_delivered", queue=self._key.decode(errors="replace"), markers=1, error=err.str())
 
-    def _produce(self, value: bytes, count: int) -> None:
-        def done(err: Any, _record: Any) -> None:
+    def _reporter(self, count: int, kept_alive: Sequence[MessageId]) -> Callable[[Any, Any], None]:
+        """The delivery callback of a settle record of ``count`` markers, ``kept_alive`` among them."""
+        sent_at = time.monotonic()
+
+        def done(err: Any, record: Any) -> None:
             if err is not None:
                 self.undelivered += count
                 log.error("markers_not_delivered", queue=self._key.decode(errors="replace"), markers=count,
                           error=err.str())
+            else:
+                self._durable(kept_alive, sent_at, record)
+        return done
 
-        self._producer.produce(self._topic, value, self._key, on_done=done)
+    def _produce(self, value: bytes, count: int, kept_alive: Sequence[MessageId] = ()) -> None:
+        self._producer.produce(self._topic, value, self._key, on_done=self._reporter(count, kept_alive))

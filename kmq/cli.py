@@ -335,12 +335,17 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
-    columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
-               "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "expired",
-               "purged", "go_ends"]
+    columns = [c for c in STATS_COLUMNS if c not in STATS_IF_ANY or any(getattr(r, c) for r in rows)]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
+
+
+#: `kmq stats` columns: messages per state (kmq.wire.vocabulary), then counters; the rare states only when seen.
+STATS_COLUMNS = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "delayed",
+                 "overdue", "acked", "dead_lettered", "rejected", "expired", "purged", "consumed", "ended_by_go",
+                 "vanished", "delivered", "released", "returned", "redelivered"]
+STATS_IF_ANY = {"consumed", "ended_by_go", "vanished"}
 
 
 _last_progress = [0.0]
@@ -418,8 +423,10 @@ def _time_ms(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
 
 
-AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",
-                 "in_flight", "waiting", "lost", "acked_more_than_once", "delivered_more_than_once"]
+#: `kmq audit` columns: produced and counters, messages per state (kmq.wire.vocabulary), lost, the duplicates.
+AUDIT_COLUMNS = ["produced", "delivered", "released", "returned", "redelivered", "acked", "dead_lettered", "rejected",
+                 "expired", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
+                 "delivered_more_than_once", "acked_more_than_once"]
 
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
@@ -432,13 +439,25 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     result = run(config, options)
     rows = []
     for name, data in sorted(result["queues"].items()):
-        wait = data.get("wait_ms_p50_p95_p99") or [None] * 3
-        proc = data.get("processing_ms_p50_p95_p99") or [None] * 3
-        rows.append([name, *(str(data.get(c, 0)) for c in AUDIT_COLUMNS), f"{wait[0]}/{wait[2]}",
-                     f"{proc[0]}/{proc[2]}"])
+        if "produced" not in data:
+            continue  # only messages from before the window
+        rows.append([name, *(f"{data.get(c, 0):,}" for c in AUDIT_COLUMNS),
+                     _p50_p99(data.get("wait_ms_p50_p95_p99")), _p50_p99(data.get("processing_ms_p50_p95_p99"))])
     print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
-    print(f"malformed markers: {result['malformed_markers']}; results in {args.out}")
+    before = sum(d.get("before_window", 0) for d in result["queues"].values())
+    if result["window"] is not None:
+        print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")
+    read = result["topics"]
+    print(f"read {sum(t.get('records', 0) for t in read.values()):,} records, "
+          f"{sum(t.get('bytes', 0) or 0 for t in read.values()) / 1e6:,.1f} MB; "
+          f"malformed markers: {result['malformed_markers']}; results in {args.out}")
     return EXIT_OK
+
+
+def _p50_p99(values: list[float] | None) -> str:
+    if not values or values[0] is None:
+        return "-"
+    return f"{values[0]:,.0f}/{values[2]:,.0f}"
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kmq.testing.broker import LocalKafka
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from kmq.config import Config
 
 
@@ -138,3 +140,13 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # a test may delete one itself
                     raise
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session for the whole test session (the audit's tests share it: a session takes seconds)."""
+    from kmq.ops.audit.job import session
+
+    spark = session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+    yield spark
+    spark.stop()

@@ -185,7 +185,8 @@ _KEEPALIVE_EVENTS = {RELEASE_REASON: MarkerEvent.RELEASE, RETURN_REASON: MarkerE
                      DELAY_REASON: MarkerEvent.DELAY}
 #: The dead-letter reasons of ``max_deliveries``: the worker's ("failed 3 time(s), last: …") and the tracker's
 #: ("max deliveries (3) reached").
-_MAX_DELIVERIES = re.compile(r"failed \d+ time\(s\)|max deliveries \(\d+\) reached")
+MAX_DELIVERIES_PATTERN = r"^(failed \d+ time\(s\)|max deliveries \(\d+\) reached)"
+_MAX_DELIVERIES = re.compile(MAX_DELIVERIES_PATTERN)
 
 
 def written_by_tracker(marker: Marker) -> bool:

@@ -73,9 +73,11 @@ class Plan:
 
     queue: QueueSpec
     steps: tuple[Step, ...] = ()
-    #: No consumer ever reads it: it waits on the topic (or is purged there).
+    #: No consumer ever reads it: it waits on the topic (or is purged there, if enqueued before the purge time).
     never_read: bool = False
     amo: str = ""
+    #: A never-read message of a purged queue sent after the purge time: it still waits.
+    after_purge: bool = False
 
     @property
     def ends_with_unread_copy(self) -> bool:
@@ -91,10 +93,11 @@ class Truth:
     acks: int = 0
 
 
-def truth(plan: Plan, purged_on_topic: bool = False) -> Truth:
-    """The state and counters ``plan`` implies. ``purged_on_topic``: its unread record is enqueued before its
-    queue's purge time."""
+def truth(plan: Plan) -> Truth:
+    """The state and counters ``plan`` implies. A record nobody reads in a purged queue is enqueued before the purge
+    time (a lagging tracker's copy keeps its original's enqueue time), unless the plan says it came after."""
     c: Counter[str] = Counter({v.PRODUCED: 1})
+    purged_on_topic = plan.queue.purge and not plan.after_purge
     if plan.amo or plan.never_read:
         state = {AMO_REJECT: v.DEAD_LETTERED, AMO_FAIL: v.DEAD_LETTERED, AMO_EXPIRE: v.EXPIRED}.get(
             plan.amo, v.CONSUMED if plan.amo else (v.PURGED if purged_on_topic else v.WAITING))
@@ -161,7 +164,7 @@ class PlanMaker:
     def plan(self, queue: QueueSpec) -> Plan:
         rng = self._rng
         if rng.random() < self._never_read:
-            return Plan(queue, never_read=True)
+            return Plan(queue, never_read=True, after_purge=queue.purge and rng.random() < 0.5)
         if queue.at_most_once:
             return Plan(queue, amo=rng.choices([a for _, a in _AMO_WEIGHTS], [w for w, _ in _AMO_WEIGHTS])[0])
         weights, choices = self._tables[queue.marker_format != "kmq"]
@@ -194,7 +197,7 @@ def normalize(plan: Plan) -> Plan:
     ``PlanMaker`` and from property tests go through it alike."""
     queue = plan.queue
     if plan.never_read:
-        return Plan(queue, never_read=True)
+        return Plan(queue, never_read=True, after_purge=plan.after_purge and queue.purge)
     if queue.at_most_once:
         return Plan(queue, amo=plan.amo if plan.amo in AMO else AMO_ACK)
     go_queue = queue.marker_format != "kmq"

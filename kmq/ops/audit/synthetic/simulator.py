@@ -84,6 +84,8 @@ class Outcome:
     counters: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     #: (queue, first id) -> truth, when the simulator keeps them.
     messages: dict[tuple[str, MessageId], Truth] = field(default_factory=dict)
+    #: (queue, first id) of each plan, in arrival order, when the simulator keeps them.
+    keys: list[tuple[str, MessageId]] = field(default_factory=list)
 
 
 class Simulator:
@@ -104,6 +106,7 @@ class Simulator:
         self._final: list[Life] = []
         self._alive_to_end: list[Life] = []
         self._serial = 0
+        self._lives: list[Life] = []
         self._tick = 0
         self.outcome = Outcome(0)
         self._buffers = MarkerBuffers(sink, marker_partitions)
@@ -143,6 +146,8 @@ class Simulator:
         self._serial += 1
         payload = f"{plan.queue.name}-{self._serial}-".encode().ljust(self._payload_bytes, b".")
         life = Life(plan, payload)
+        if self._keep:
+            self._lives.append(life)
         if plan.never_read:
             self._final.append(life)
             return
@@ -316,8 +321,8 @@ class Simulator:
 
     # --- the end -----------------------------------------------------------------------------------------------
 
-    def _done(self, life: Life, purged_on_topic: bool = False) -> None:
-        found = truth(life.plan, purged_on_topic)
+    def _done(self, life: Life) -> None:
+        found = truth(life.plan)
         name = life.plan.queue.name
         self.outcome.states[name][found.state] += 1
         self.outcome.counters[name].update(found.counters)
@@ -332,7 +337,9 @@ class Simulator:
         purge_ms = self.ts(tick + 3)
         for queue in {life.plan.queue for life in self._final if life.plan.queue.purge}:
             self.outcome.purged_before[queue.name] = purge_ms
-        ticks = sorted((tick + self._rng.randrange(7), n) for n in range(len(self._final)))
+        # Never-read messages of a purged queue are sent before its purge time, or after it if their plan says so.
+        ticks = sorted((tick + (4 + self._rng.randrange(3) if life.plan.after_purge else self._rng.randrange(3)), n)
+                       for n, life in enumerate(self._final))
         for at, n in ticks:
             life = self._final[n]
             self._tick = at
@@ -345,7 +352,9 @@ class Simulator:
                 headers = self._copy_headers(life)
                 enqueued = headers.enqueued_at_ms
                 life.record = self._produce(life, headers.encode(), ts)
-            self._done(life, life.plan.queue.purge and enqueued < purge_ms)
+            assert (life.plan.queue.purge and enqueued < purge_ms) == (life.plan.queue.purge and not
+                                                                      life.plan.after_purge), "a purge the plan lacks"
+            self._done(life)
             self._buffers.flush(ts)
         max_timeout = max((life.plan.queue.redelivery_timeout_ms for life in self._alive_to_end), default=0)
         self._tick = tick + 10 + self._ticks(max(max_timeout, 60_000))
@@ -357,6 +366,8 @@ class Simulator:
             self._done(life)
         self._buffers.flush(end_ms)
         self.outcome.now_ms = end_ms
+        self.outcome.keys = [(life.plan.queue.name, life.original) for life in self._lives
+                             if life.original is not None]
         return self.outcome
 
 

@@ -159,15 +159,33 @@ class PlanMaker:
         self._tables = {}
         for go in (False, True):
             table = _GO_STEP_WEIGHTS if go else _STEP_WEIGHTS
-            self._tables[go] = ([w for w, _, _ in table], [(o, t) for _, o, t in table])
+            total = sum(w for w, _, _ in table)
+            self._tables[go] = ([w for w, _, _ in table], [(o, t) for _, o, t in table], table[0][0] / total)
+        #: Plans are values: equal ones are shared (most messages have the same one-step life).
+        self._known: dict[Plan, Plan] = {}
+        self._acked_at_once: dict[str, Plan] = {}
 
     def plan(self, queue: QueueSpec) -> Plan:
         rng = self._rng
         if rng.random() < self._never_read:
-            return Plan(queue, never_read=True, after_purge=queue.purge and rng.random() < 0.5)
+            return self._share(Plan(queue, never_read=True, after_purge=queue.purge and rng.random() < 0.5))
+        if queue.at_most_once or rng.random() >= self._tables[queue.marker_format != "kmq"][2]:
+            return self._drawn(queue)
+        found = self._acked_at_once.get(queue.name)
+        if found is None:
+            found = self._acked_at_once[queue.name] = self._share(Plan(queue, (Step(ACK),)))
+        return found
+
+    def _share(self, plan: Plan) -> Plan:
+        plan = normalize(plan)
+        return self._known.setdefault(plan, plan)
+
+    def _drawn(self, queue: QueueSpec) -> Plan:
+        rng = self._rng
         if queue.at_most_once:
-            return Plan(queue, amo=rng.choices([a for _, a in _AMO_WEIGHTS], [w for w, _ in _AMO_WEIGHTS])[0])
-        weights, choices = self._tables[queue.marker_format != "kmq"]
+            return self._share(Plan(queue, amo=rng.choices([a for _, a in _AMO_WEIGHTS],
+                                                           [w for w, _ in _AMO_WEIGHTS])[0]))
+        weights, choices, _ = self._tables[queue.marker_format != "kmq"]
         steps: list[Step] = []
         count = 1
         while True:
@@ -185,10 +203,10 @@ class PlanMaker:
             elif tracker in CONTINUING:
                 count = 1 if tracker == GO_COPY else count + (outcome not in (GIVE_BACK, DELAY))
             else:
-                return normalize(Plan(queue, tuple(steps)))
+                return self._share(Plan(queue, tuple(steps)))
             if len(steps) >= 8:
                 steps.append(Step(ACK))
-                return normalize(Plan(queue, tuple(steps)))
+                return self._share(Plan(queue, tuple(steps)))
 
 
 def normalize(plan: Plan) -> Plan:

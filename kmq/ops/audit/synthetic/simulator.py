@@ -15,7 +15,7 @@ import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kmq import wire
 from kmq.ops.audit.synthetic import plans as p
@@ -57,6 +57,8 @@ class Life:
     index: int = 0
     phase: str = "start"
     original: MessageId | None = None
+    #: When its original was produced.
+    born_ms: int = 0
     record: MessageId | None = None
     #: What a consumer reads from the current record's headers: delivery count, first id, enqueued-at (0: none).
     count: int = 1
@@ -86,6 +88,8 @@ class Outcome:
     messages: dict[tuple[str, MessageId], Truth] = field(default_factory=dict)
     #: (queue, first id) of each plan, in arrival order, when the simulator keeps them.
     keys: list[tuple[str, MessageId]] = field(default_factory=list)
+    #: Per window asked for: queue -> messages per state of those enqueued in it.
+    windows: list[dict[str, Counter[str]]] = field(default_factory=list)
 
 
 class Simulator:
@@ -93,7 +97,7 @@ class Simulator:
 
     def __init__(self, sink: Sink, *, start_ms: int, tick_ms: int = 1000, partitions: int = 6,
                  marker_partitions: int = 3, seed: int = 0, keep_messages: bool = False,
-                 payload_bytes: int = 48) -> None:
+                 payload_bytes: int = 48, windows: list[tuple[int, int]] | None = None) -> None:
         self._sink = sink
         self._start_ms = start_ms
         self._tick_ms = tick_ms
@@ -106,9 +110,13 @@ class Simulator:
         self._final: list[Life] = []
         self._alive_to_end: list[Life] = []
         self._serial = 0
+        self._next_partition = seed % partitions
         self._lives: list[Life] = []
+        self._ended: dict[int, list[Any]] = {}
         self._tick = 0
         self.outcome = Outcome(0)
+        self._windows = windows or []
+        self.outcome.windows = [defaultdict(Counter) for _ in self._windows]
         self._buffers = MarkerBuffers(sink, marker_partitions)
 
     def ts(self, tick: int) -> int:
@@ -153,13 +161,14 @@ class Simulator:
             return
         life.original = life.record = self._produce(life, [], self.ts(self._tick))
         life.first, life.enqueued_ms = life.original, self.ts(self._tick)
+        life.born_ms = life.enqueued_ms
         if plan.amo:
             self._at(1, life, "amo")
         else:
             self._at(1, life, "start")
 
     def _produce(self, life: Life, headers: Headers, ts: int) -> MessageId:
-        partition = self._rng.randrange(self._partitions)
+        self._next_partition = partition = (self._next_partition + 1) % self._partitions
         return self._sink.message(partition, life.plan.queue.name.encode(), life.payload, headers, ts)
 
     # --- one action of a life ----------------------------------------------------------------------------------
@@ -322,14 +331,19 @@ class Simulator:
     # --- the end -----------------------------------------------------------------------------------------------
 
     def _done(self, life: Life) -> None:
-        found = truth(life.plan)
-        name = life.plan.queue.name
-        self.outcome.states[name][found.state] += 1
-        self.outcome.counters[name].update(found.counters)
+        ended = self._ended.get(id(life.plan))  # the truth of a shared plan is summed once, at the end
+        if ended is None:
+            ended = self._ended[id(life.plan)] = [life.plan, 0, None]
+        ended[1] += 1
+        for (start, end), in_window in zip(self._windows, self.outcome.windows, strict=True):
+            if start <= life.born_ms < end:
+                if ended[2] is None:
+                    ended[2] = truth(life.plan).state
+                in_window[life.plan.queue.name][ended[2]] += 1
         if self._keep:
             first = life.original if life.original is not None else life.record
             assert first is not None
-            self.outcome.messages[(name, first)] = found
+            self.outcome.messages[(life.plan.queue.name, first)] = truth(life.plan)
 
     def _finish(self, tick: int) -> Outcome:
         """The final phase: what nobody reads, then keep-alives of hung handlers, then ``now``."""
@@ -346,7 +360,7 @@ class Simulator:
             ts = self.ts(at)
             if life.plan.never_read:
                 life.original = life.record = self._produce(life, [], ts)
-                enqueued = ts
+                enqueued = life.born_ms = ts
             else:
                 self._tracker_end(life, EndReason.REDELIVERED)
                 headers = self._copy_headers(life)
@@ -366,6 +380,10 @@ class Simulator:
             self._done(life)
         self._buffers.flush(end_ms)
         self.outcome.now_ms = end_ms
+        for plan, count, _ in self._ended.values():
+            found = truth(plan)
+            self.outcome.states[plan.queue.name][found.state] += count
+            self.outcome.counters[plan.queue.name].update({k: n * count for k, n in found.counters.items()})
         self.outcome.keys = [(life.plan.queue.name, life.original) for life in self._lives
                              if life.original is not None]
         return self.outcome

@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
+.PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean \
+        test-audit-cluster bench-audit-scale
 
 venv install: $(STAMP)
 
@@ -27,6 +28,15 @@ unit: $(STAMP)
 
 functional: kafka-fetch
 	$(PY) -m pytest tests/functional
+
+# The audit on a Spark standalone cluster (a master and two workers from pyspark's own distribution) against local
+# mode and the generator's ground truth.
+test-audit-cluster: kafka-fetch
+	$(PY) -m pytest tests/cluster -p no:cacheprovider -o testpaths=tests/cluster
+
+# The audit on 1M, 3M and 10M generated messages: wall time, peak memory, equality with the ground truth.
+bench-audit-scale: kafka-fetch
+	$(PY) -m tests.bench.audit_scale $(if $(SIZES),--sizes $(SIZES),)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kmq tests

@@ -72,8 +72,12 @@ class DeliveryFold:
             found = self.deliveries[marker.message_id] = Delivery(marker.message_id)
         found.events[event] += 1
         if event is E.START:
-            if not found.starts or timestamp_ms < found.start_ms:
+            # Two Starts of one record say the same; were they to differ, the least is taken (as the audit does).
+            if not found.starts:
                 found.queue, found.first_id, found.start_ms = marker.queue, marker.first_id, timestamp_ms
+            else:
+                found.queue, found.start_ms = min(found.queue, marker.queue), min(found.start_ms, timestamp_ms)
+                found.first_id = min(found.first_id or marker.first_id, marker.first_id)
             found.starts += 1
             found.delivery_count = max(found.delivery_count, marker.delivery_count or 1)
         elif event is E.ACK and (not found.first_ack_ms or timestamp_ms < found.first_ack_ms):

@@ -189,10 +189,10 @@ MAX_DELIVERIES_PATTERN = r"^(failed \d+ time\(s\)|max deliveries \(\d+\) reached
 _MAX_DELIVERIES = re.compile(MAX_DELIVERIES_PATTERN)
 
 
-def written_by_tracker(marker: Marker) -> bool:
+def written_by_tracker(client_id: str, instance_id: str) -> bool:
     """A tracker's End names the tracker (its client id) but no consumer instance; a consumer's carries its
     instance id (kmq format) or neither (kafka-mq-go format)."""
-    return bool(marker.client_id) and not marker.instance_id
+    return bool(client_id) and not instance_id
 
 
 def dead_letter_event(reason: str) -> MarkerEvent:
@@ -208,18 +208,23 @@ def dead_letter_event(reason: str) -> MarkerEvent:
 
 def marker_event(marker: Marker) -> MarkerEvent:
     """What ``marker`` says happened: the one reading of a marker that ``kmq stats`` and the audit share."""
-    if marker.type is MarkerType.START:
+    return event_of(marker.type, marker.end_reason, marker.reason, marker.client_id, marker.instance_id)
+
+
+def event_of(kind: int, end_reason: int, reason: str, client_id: str, instance_id: str) -> MarkerEvent:
+    """``marker_event`` from a marker's fields (type, end reason, reason, writer ids); an end reason this version
+    does not know reads as ACKED, as the codec decodes it."""
+    if kind == MarkerType.START:
         return MarkerEvent.START
-    if marker.type is MarkerType.KEEPALIVE:
-        return _KEEPALIVE_EVENTS.get(marker.reason, MarkerEvent.KEEPALIVE)
-    reason = marker.end_reason
-    if reason is EndReason.ACKED:
-        return MarkerEvent.ACK if marker.client_id or marker.instance_id else MarkerEvent.GO_END
-    if reason is EndReason.REDELIVERED:
+    if kind == MarkerType.KEEPALIVE:
+        return _KEEPALIVE_EVENTS.get(reason, MarkerEvent.KEEPALIVE)
+    if end_reason == EndReason.REDELIVERED:
         return MarkerEvent.REDELIVER
-    if reason is EndReason.DEAD_LETTERED:
+    if end_reason == EndReason.DEAD_LETTERED:
         return MarkerEvent.DEAD_LETTER
-    event = dead_letter_event(marker.reason)
-    if event is MarkerEvent.PURGE and written_by_tracker(marker):
+    if end_reason != EndReason.REJECTED:
+        return MarkerEvent.ACK if client_id or instance_id else MarkerEvent.GO_END
+    event = dead_letter_event(reason)
+    if event is MarkerEvent.PURGE and written_by_tracker(client_id, instance_id):
         return MarkerEvent.TRACKER_PURGE
     return event

@@ -207,3 +207,50 @@ def test_the_audit_counts_delayed_expired_and_purged_messages_apart_never_as_los
                               "delivered")} == {
         "produced": 4, "acked": 1, "expired": 1, "purged": 1, "delayed": 1, "lost": 0, "in_flight": 0,
         "delivered": 1}
+
+
+def test_after_a_worker_is_killed_mid_run_the_audits_lost_and_duplicate_figures_agree_with_the_handlers_log(
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from kmq.ops.stats import collect
+    from tests.audit_oracle import compare_with_handler_log
+    from tests.helpers import ROOT, env_for
+
+    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP, receive_buffer_capacity=2)
+    with Service(config).queue("chaos").producer() as producer:
+        sent = {producer.send(b"job-%d" % i) for i in range(30)}
+    runs = tmp_path / "runs.jsonl"
+
+    def worker(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", "tests.handlers:note_slowly", "--queue",
+                                 "chaos", *extra], cwd=ROOT, env={**env_for(config), "KMQTEST_RECORD": str(runs)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+    def noted() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    with tracker_thread(config):
+        first = worker("--concurrency", "2")
+        try:
+            assert wait_for(lambda: noted() >= 6, timeout_s=60)
+        finally:
+            first.kill()  # SIGKILL mid-run: its running jobs (and any it held) come back through the tracker
+            first.wait(30)
+        second = worker("--concurrency", "4")
+        try:
+            assert wait_for(lambda: collect(config, ["chaos"])[0].acked == 30, timeout_s=90)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(60)
+    run(config, AuditOptions(out_dir=tmp_path / "audit"), spark)
+    check = compare_with_handler_log(tmp_path / "audit", runs, "chaos", sent)
+    assert check.agrees(exact=False), check.explain()
+    assert (check.audit_lost, check.log_lost) == (0, 0)
+    assert check.log_more_than_once >= 1, "the kill interrupted no run: nothing was tested"
+    # Every duplicate the handlers saw, the audit reports; beyond them only deliveries a killed worker held unstarted.
+    assert check.log_more_than_once <= check.audit_more_than_once <= check.log_more_than_once + \
+        check.unstarted_recovered, check.explain()

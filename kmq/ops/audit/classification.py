@@ -56,17 +56,22 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
     """One row per Started record: its counts of each marker event, first Start, deadline, and what it adds to its
     message's facts and counters."""
     ends = [int(e) for e in v.END_EVENTS]
+    start = F.col("event") == int(E.START)
+    # Aggregates of fixed-width values only, so Spark aggregates by hash, not by sorting: the queue as a hash of
+    # its name (a record's Starts all name its queue), named again through a small table.
     agg = markers.groupBy("mid").agg(
         _count(E.START).alias("starts"),
-        F.min_by(F.when(F.col("event") == int(E.START), F.struct("queue", "first_id")),
-                 F.when(F.col("event") == int(E.START), F.struct("ts", "seq"))).alias("start"),
-        F.min(F.when(F.col("event") == int(E.START), F.col("ts"))).alias("start_ms"),
-        F.max(F.when(F.col("event") == int(E.START), F.col("delivery_count"))).alias("delivery_count"),
+        F.min(F.when(start, F.xxhash64("queue"))).alias("queue_id"),
+        F.min(F.when(start, F.col("first_id"))).alias("first_id"),
+        F.min(F.when(start, F.col("ts"))).alias("start_ms"),
+        F.max(F.when(start, F.col("delivery_count"))).alias("delivery_count"),
         F.max_by(F.when(~F.col("event").isin(ends), F.col("deadline")),
                  F.when(~F.col("event").isin(ends), F.col("seq"))).alias("deadline"),
         F.min(F.when(F.col("event") == int(E.ACK), F.col("ts"))).alias("first_ack_ms"),
         *[_count(e).alias(f"n_{e.name.lower()}") for e in E if e is not E.START],
     ).filter("starts > 0")
+    names = markers.filter(start).select(F.xxhash64("queue").alias("queue_id"), "queue").distinct()
+    agg = agg.join(F.broadcast(names), "queue_id").drop("queue_id")
     n: dict[E, Column] = {e: F.col(f"n_{e.name.lower()}") for e in E if e is not E.START}
     ended = sum((n[E(e)] for e in ends), F.lit(0)) > 0
     unhandled = sum((n[e] for e in v.UNHANDLED_EVENTS), F.lit(0)) > 0
@@ -77,7 +82,7 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         return condition.cast("long")
 
     return agg.select(
-        "mid", F.col("start.queue").alias("queue"), F.col("start.first_id").alias("first_id"), "start_ms",
+        "mid", "queue", "first_id", "start_ms",
         "delivery_count", "first_ack_ms", n[E.GO_END].alias("n_go_end"),
         n[E.ACK].alias("acks"),
         flag(is_open & (F.col("deadline") >= now_ms) & (n[E.DELAY] == 0)).alias("open_in_flight"),

@@ -64,7 +64,7 @@ def session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("KMQ_AUDIT_SPARK_LOG", "ERROR"))
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

@@ -41,8 +41,7 @@ def _spark_lives(spark: SparkSession, sink: MemorySink, outcome: Outcome, at_mos
     life = lifecycles(spark, markers, records, letters, facts).cache()
     rows = {(r["queue"], mid_of(r["first_id"])): r.asDict() for r in life.collect()}
     summary = summarise(life)
-    life.unpersist()
-    markers.unpersist()
+    spark.catalog.clearCache()
     return rows, summary
 
 

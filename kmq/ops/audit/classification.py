@@ -110,7 +110,9 @@ def records(raw: DataFrame) -> DataFrame:
         F.when(first.isNotNull(), F.shiftleft(parts.getItem(0).cast("long"), MID_SHIFT)
                .bitwiseOR(parts.getItem(1).cast("long"))).alias("first_id_header"),
         F.coalesce(_header("headers", wire.HEADER_ENQUEUED_AT).cast("long"), F.lit(0)).alias("enqueued_at"),
-        F.xxhash64("value").alias("content"), F.col("value"),
+        # What links a Go tracker's copy to its original: the payload's 64-bit hash (kmq stats compares a 128-bit
+        # digest; they differ only if two payloads of one queue collide in 64 bits).
+        F.xxhash64("value").alias("content"),
     )
 
 
@@ -119,19 +121,19 @@ def _header(column: str, name: str) -> Column:
     return F.expr(f"CAST(try_element_at(filter({column}, h -> h.key = '{name}'), 1).value AS STRING)")
 
 
-def go_links(recs: DataFrame, dels: DataFrame) -> DataFrame:
+def go_links(recs: DataFrame, bare: DataFrame) -> DataFrame:
     """kafka-mq-go trackers' copies (kmq.ops.lifecycle.go_links, the same rule): columns copy_mid, linked (the first
-    id of the message copied), original_mid."""
-    bare = dels.filter("n_go_end > 0").select("mid")
-    originals = recs.join(bare, "mid").select(
-        "queue", "content", F.col("value").alias("o_value"), F.col("mid").alias("original_mid"),
-        F.col("ts").alias("original_ts"), F.coalesce("first_id_header", "mid").alias("linked"))
-    candidates = recs.filter(F.col("first_id_header").isNull()).select(
-        "queue", "content", "value", F.col("mid").alias("copy_mid"), F.col("ts").alias("copy_ts"))
+    id of the message copied), original_mid. ``bare``: ids (``mid``) of Started records with a bare End (few)."""
+    originals = recs.join(F.broadcast(bare), "mid").select(
+        "queue", "content", F.col("mid").alias("original_mid"), F.col("ts").alias("original_ts"),
+        F.coalesce("first_id_header", "mid").alias("linked")).cache()
+    # Only records with an original's queue and payload can be its copy: filtered before anything moves.
+    candidates = (recs.filter(F.col("first_id_header").isNull())
+                  .join(F.broadcast(originals.select("queue", "content").distinct()), ["queue", "content"], "left_semi")
+                  .select("queue", "content", F.col("mid").alias("copy_mid"), F.col("ts").alias("copy_ts")))
     pairs = candidates.join(originals, ["queue", "content"]).filter(
-        (F.col("value") == F.col("o_value"))
-        & ((F.col("copy_ts") > F.col("original_ts"))
-           | ((F.col("copy_ts") == F.col("original_ts")) & (F.col("copy_mid") > F.col("original_mid")))))
+        (F.col("copy_ts") > F.col("original_ts"))
+        | ((F.col("copy_ts") == F.col("original_ts")) & (F.col("copy_mid") > F.col("original_mid"))))
     earliest = Window.partitionBy("original_mid").orderBy("copy_ts", "copy_mid")
     latest = Window.partitionBy("copy_mid").orderBy(F.col("original_ts").desc(), F.col("original_mid").desc())
     links = (pairs.withColumn("n", F.row_number().over(earliest)).filter("n = 1")
@@ -155,11 +157,13 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
                facts: Facts) -> DataFrame:
     """One row per message (see the module docstring)."""
     dels = deliveries(markers, facts.now_ms).withColumnRenamed("first_id", "start_first_id")
-    recs = records(raw_records)
-    if markers.filter(F.col("event") == int(E.GO_END)).isEmpty():
+    recs = records(raw_records).cache()  # read once: the Go links and the classification both go through it
+    go_ends = markers.filter(F.col("event") == int(E.GO_END)).select("mid").distinct().cache()
+    if go_ends.isEmpty():
         links = spark.createDataFrame([], "copy_mid long, linked long, original_mid long")
     else:
-        links = go_links(recs, dels)
+        bare = markers.filter(F.col("event") == int(E.START)).join(F.broadcast(go_ends), "mid", "left_semi")
+        links = go_links(recs, bare.select("mid").distinct())
     link = links.select(F.col("copy_mid").alias("link_key"), "linked")
     followed = links.select(F.col("original_mid").alias("mid"), F.lit(1).alias("go_copied")).distinct()
 

@@ -90,7 +90,7 @@ def run(config: Config, options: AuditOptions, spark: SparkSession | None = None
         options.out_dir.mkdir(parents=True, exist_ok=True)
         where = str(options.out_dir / "lifecycle.parquet")
         life.write.mode("overwrite").parquet(where)
-        markers.unpersist()
+        spark.catalog.clearCache()  # the decoded markers and the records the classification kept
         written = spark.read.parquet(where)
         queues = summarise(written)
         minutes = acked_per_minute(written)

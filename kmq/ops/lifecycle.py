@@ -248,9 +248,14 @@ def classify(deliveries: Mapping[MessageId, Delivery], records: Iterable[Record]
             found = lives[(queue, first_id)] = MessageLife(queue, first_id)
         return found
 
+    # A delivery belongs to the message of its record (the first-id header its Start copied), or, its record not
+    # read, to its Start's first id.
+    by_id = {r.message_id: r for r in records}
     for mid, d in deliveries.items():
         if d.starts:
-            _add_delivery(life(d.queue, d.first_id or mid), d, mid in followed, context.now_ms)
+            r = by_id.get(mid)
+            queue, first = (r.queue, r.first_id_header or mid) if r is not None else (d.queue, d.first_id or mid)
+            _add_delivery(life(queue, first), d, mid in followed, context.now_ms)
     for r in records:
         _add_record(life(r.queue, r.first_id_header or r.message_id), r, deliveries, context, r.message_id in links)
     for letter in dead_letters:

@@ -106,7 +106,7 @@ def records(raw: DataFrame) -> DataFrame:
     first = _header("headers", wire.HEADER_FIRST_ID)
     parts = F.split(first, ":")
     return raw.select(
-        "mid", "queue", "ts",
+        "mid", F.coalesce("queue", F.lit("")).alias("queue"), "ts",
         F.when(first.isNotNull(), F.shiftleft(parts.getItem(0).cast("long"), MID_SHIFT)
                .bitwiseOR(parts.getItem(1).cast("long"))).alias("first_id_header"),
         F.coalesce(_header("headers", wire.HEADER_ENQUEUED_AT).cast("long"), F.lit(0)).alias("enqueued_at"),
@@ -156,7 +156,6 @@ def go_links(recs: DataFrame, bare: DataFrame) -> DataFrame:
 def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, raw_letters: DataFrame,
                facts: Facts) -> DataFrame:
     """One row per message (see the module docstring)."""
-    dels = deliveries(markers, facts.now_ms).withColumnRenamed("first_id", "start_first_id")
     recs = records(raw_records).cache()  # read once: the Go links and the classification both go through it
     go_ends = markers.filter(F.col("event") == int(E.GO_END)).select("mid").distinct().cache()
     if go_ends.isEmpty():
@@ -164,21 +163,23 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
     else:
         bare = markers.filter(F.col("event") == int(E.START)).join(F.broadcast(go_ends), "mid", "left_semi")
         links = go_links(recs, bare.select("mid").distinct())
-    link = links.select(F.col("copy_mid").alias("link_key"), "linked")
-    followed = links.select(F.col("original_mid").alias("mid"), F.lit(1).alias("go_copied")).distinct()
-
-    def keyed(df: DataFrame, by: str) -> DataFrame:
-        """The message a row belongs to: its first id, through a Go copy's link where there is one."""
-        return (df.join(link, F.col(by) == F.col("link_key"), "left")
-                .withColumn("first_id", F.coalesce("linked", by)).drop("link_key"))
-
-    d = _delivery_rows(keyed(dels.join(followed, "mid", "left").fillna({"go_copied": 0}), "start_first_id"))
-    started = dels.select("mid", F.lit(True).alias("started"))
-    r = _record_rows(spark, keyed(recs.withColumn("key_id", F.coalesce("first_id_header", "mid")), "key_id")
-                     .join(started, "mid", "left"), facts)
-    letters = _letter_rows(keyed(dead_letters(raw_letters), "letter_first_id"))
-    rows = d.unionByName(r, allowMissingColumns=True).unionByName(letters, allowMissingColumns=True)
-    per_message = rows.groupBy("queue", "first_id").agg(
+    link = F.broadcast(links.select(F.col("copy_mid").alias("link_key"), "linked"))
+    followed = F.broadcast(links.select(F.col("original_mid").alias("mid"), F.lit(1).alias("go_copied")).distinct())
+    dels = (deliveries(markers, facts.now_ms).withColumnRenamed("first_id", "start_first_id")
+            .withColumnRenamed("queue", "start_queue").join(followed, "mid", "left"))
+    # One row per record or Started record: a delivery belongs to the message of its record (the first-id header
+    # its Start copied), or, its record not read, to its Start's first id.
+    rows = recs.join(dels, "mid", "full_outer")
+    read = F.col("ts").isNotNull()
+    rows = (rows.withColumn("queue", F.when(read, F.col("queue")).otherwise(F.col("start_queue")))
+            .withColumn("key_id", F.when(read, F.coalesce("first_id_header", "mid"))
+                        .otherwise(F.col("start_first_id")))
+            .join(link, F.col("key_id") == F.col("link_key"), "left")
+            .withColumn("first_id", F.coalesce("linked", "key_id")))
+    letters = dead_letters(raw_letters).join(link, F.col("letter_first_id") == F.col("link_key"), "left")
+    letters = _letter_rows(letters.withColumn("first_id", F.coalesce("linked", "letter_first_id")))
+    per_row = _row_facts(spark, rows, facts).unionByName(letters, allowMissingColumns=True)
+    per_message = per_row.groupBy("queue", "first_id").agg(
         *[F.sum(F.coalesce(F.col(c), F.lit(0))).alias(c) for c in SUMS],
         F.min("enqueued_ms").alias("enqueued_ms"), F.min("start_ms").alias("first_start_ms"),
         F.max("delivery_count").alias("max_delivery_count"), F.min("in_flight_since").alias("in_flight_since"),
@@ -187,23 +188,8 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
     return _classify(per_message, facts)
 
 
-def _delivery_rows(d: DataFrame) -> DataFrame:
-    counted = ~F.col("uncounted")
-    go_copy = F.when(counted, F.col("go_copied")).otherwise(0)
-    return d.select(
-        "queue", "first_id", "acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends",
-        "dead_ends", "refused_ends",
-        ((F.col("n_go_end") > 0) & (F.col("go_copied") == 0)).cast("long").alias("go_ends"),
-        v.DELIVERED, v.RELEASED, v.RETURNED,
-        (F.col("copies") + go_copy).alias(v.REDELIVERED), go_copy.alias(v.GO_REDELIVERED),
-        (counted & ((F.col("copies") + go_copy) > 0) & ~F.col("released_once")).cast("long").alias(v.RECOVERED),
-        "start_ms", "delivery_count", "first_ack_ms",
-        F.when(F.col("open_in_flight") > 0, F.col("start_ms")).alias("in_flight_since"),
-        (F.col("first_ack_ms") - F.col("start_ms")).alias("processing_ms"),
-    )
-
-
-def _record_rows(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
+def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
+    """What a record and its delivery (either may be missing) add to their message's facts and counters."""
     committed = spark.createDataFrame(
         [(q, p, o) for q, parts in facts.committed.items() for p, o in parts.items()] or [("", -1, 0)],
         "c_queue string, c_partition long, committed long")
@@ -212,15 +198,28 @@ def _record_rows(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
     r = (r.join(F.broadcast(committed), (F.col("queue") == F.col("c_queue")) & (partition == F.col("c_partition")),
                 "left")
          .join(F.broadcast(purges), F.col("queue") == F.col("p_queue"), "left"))
-    unstarted = F.col("started").isNull()
+    read = F.col("ts").isNotNull()
+    started = F.col("start_ms").isNotNull()
+    unstarted = read & ~started
     below = F.coalesce(offset < F.col("committed"), F.lit(False))
     enqueued = F.when(F.col("enqueued_at") > 0, F.col("enqueued_at")).otherwise(F.col("ts"))
     purged = F.coalesce(enqueued < F.col("purge_ms"), F.lit(False))
     amo = F.col("queue").isin(sorted(facts.at_most_once)) if facts.at_most_once else F.lit(False)
-    produced = F.col("first_id_header").isNull() & F.col("linked").isNull()
+    produced = read & F.col("first_id_header").isNull() & F.col("linked").isNull()
     waiting = unstarted & ~below & ~purged
+    counted = ~F.coalesce(F.col("uncounted"), F.lit(False))
+    go_copied = F.coalesce(F.col("go_copied"), F.lit(0))
+    go_copy = F.when(counted, go_copied).otherwise(0)
+    copies = F.coalesce(F.col("copies"), F.lit(0)) + go_copy
     return r.select(
-        "queue", "first_id",
+        "queue", "first_id", "acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends",
+        "dead_ends", "refused_ends",
+        ((F.col("n_go_end") > 0) & (go_copied == 0)).cast("long").alias("go_ends"),
+        v.DELIVERED, v.RELEASED, v.RETURNED, copies.alias(v.REDELIVERED), go_copy.alias(v.GO_REDELIVERED),
+        (started & counted & (copies > 0) & ~F.col("released_once")).cast("long").alias(v.RECOVERED),
+        "start_ms", "delivery_count", "first_ack_ms",
+        F.when(F.col("open_in_flight") > 0, F.col("start_ms")).alias("in_flight_since"),
+        (F.col("first_ack_ms") - F.col("start_ms")).alias("processing_ms"),
         waiting.cast("long").alias("waiting_records"),
         (unstarted & ~below & purged).cast("long").alias("purged_records"),
         (unstarted & below & amo).cast("long").alias("consumed_records"),

@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--from", dest="from_time", type=_iso_time,
                        help="enqueued at or after (ISO 8601, UTC if no zone)")
     audit.add_argument("--to", dest="to_time", type=_iso_time, help="enqueued before (ISO 8601)")
-    audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    audit.add_argument("--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)")
     audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
     return parser
 
@@ -434,8 +434,10 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         from kmq.ops.audit.job import AuditOptions, run
     except ImportError as err:
         raise KmqError(f"kmq audit needs the spark extra: pip install 'kmq[spark]' ({err})") from err
+    # Under spark-submit the session exists already, with the master it was given.
+    master = args.master or ("" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]")
     options = AuditOptions(queues=tuple(args.queue), from_ms=_time_ms(args.from_time), to_ms=_time_ms(args.to_time),
-                           master=args.master, out_dir=Path(args.out))
+                           master=master, out_dir=Path(args.out))
     result = run(config, options)
     rows = []
     for name, data in sorted(result["queues"].items()):

@@ -117,8 +117,10 @@ def records(raw: DataFrame) -> DataFrame:
 
 
 def _header(column: str, name: str) -> Column:
-    """A header's value as a string, null when the record lacks it."""
-    return F.expr(f"CAST(try_element_at(filter({column}, h -> h.key = '{name}'), 1).value AS STRING)")
+    """A header's value as a string, null when the record lacks it (most records have no headers at all: their
+    empty list is not searched)."""
+    found = F.expr(f"CAST(try_element_at(filter({column}, h -> h.key = '{name}'), 1).value AS STRING)")
+    return F.when(F.size(column) > 0, found)
 
 
 def go_links(recs: DataFrame, bare: DataFrame) -> DataFrame:

@@ -33,6 +33,7 @@ class AuditOptions:
     #: Messages enqueued in [from_ms, to_ms) (an incremental run reads only from the window's offsets on).
     from_ms: int | None = None
     to_ms: int | None = None
+    #: "" leaves the master to a session that exists already (spark-submit).
     master: str = "local[2]"
     out_dir: Path = Path("audit-out")
     #: The audit's "now" for deadlines; default: the wall clock when the topics' end offsets are taken.
@@ -60,7 +61,9 @@ def session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
         "spark.sql.execution.arrow.maxRecordsPerBatch": "2000",
         **(conf or {}),
     }
-    builder = SparkSession.builder.master(master).appName("kmq-audit")
+    builder = SparkSession.builder.appName("kmq-audit")
+    if master:
+        builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -254,3 +254,80 @@ def test_after_a_worker_is_killed_mid_run_the_audits_lost_and_duplicate_figures_
     # Every duplicate the handlers saw, the audit reports; beyond them only deliveries a killed worker held unstarted.
     assert check.log_more_than_once <= check.audit_more_than_once <= check.log_more_than_once + \
         check.unstarted_recovered, check.explain()
+
+
+def test_stats_and_the_audit_give_the_same_figures_for_one_scenario_in_the_one_vocabulary(
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Retries, a refusal and a dead letter after max deliveries, a give-back, a delay, an expiry, a purge of
+    messages still on the topic, an at-most-once queue and a message held in flight: every state and counter of
+    kmq.wire.vocabulary, the same in `kmq stats` and in the audit (issue #20)."""
+    import dataclasses
+
+    from kmq.ops.stats import collect
+    from kmq.wire import vocabulary as v
+
+    config = kmq_config(redelivery_timeout_ms=2000, max_deliveries=2, consumer_kafka=FAST_GROUP,
+                        queue_ttl_ms={"ttl": 1}, at_most_once_queues=("amo",))
+    service = Service(config)
+    jobs = service.queue("jobs")
+    with jobs.producer() as p:
+        for name in ("ack", "retry", "refuse", "give", "poison", "held"):
+            p.send(name.encode())
+    with service.queue("later").producer() as p:
+        p.send(b"later", delay=600)
+    with service.queue("ttl").producer() as p:
+        p.send(b"stale")
+    with service.queue("gone").producer() as p:
+        for i in range(3):
+            p.send(b"gone-%d" % i)
+    service.queue("gone").purge()  # no consumer ever reads them: purged on the topic, not waiting
+    with service.queue("amo").producer() as p:
+        for i in range(3):
+            p.send(b"amo-%d" % i)
+    with service.queue("amo").consumer() as c:
+        for m in receive_n(c, 3):
+            m.ack()
+    with tracker_thread(config), jobs.consumer() as c, service.queue("later").consumer() as later, \
+            service.queue("ttl").consumer() as ttl:
+        got = {m.payload: m for m in receive_n(c, 6)}
+        got[b"ack"].ack()
+        got[b"retry"].release()
+        got[b"refuse"].reject("bad input")
+        got[b"give"].give_back()
+        got[b"poison"].release()
+        held = got[b"held"]
+        settled = 0
+        deadline = time.monotonic() + 60
+        while settled < 3 and time.monotonic() < deadline:  # retry, give (acked) and poison's second delivery
+            m = c.receive(0.5)
+            if m is None:
+                continue
+            if m.payload == b"poison":
+                m.release()  # its second delivery: the tracker dead-letters it (max_deliveries 2)
+            else:
+                m.ack()
+            settled += 1
+        assert settled == 3
+        assert wait_for(lambda: collect(config, ["jobs"])[0].dead_lettered == 2, timeout_s=30)
+        assert receive_n(later, 1, timeout_s=2) == [] and receive_n(ttl, 1, timeout_s=2) == []
+        assert wait_for(lambda: [r.delayed for r in collect(config, ["later"])] == [1], timeout_s=30)
+        assert wait_for(lambda: [r.expired for r in collect(config, ["ttl"])] == [1], timeout_s=30)
+        for consumer in (c, later, ttl):
+            assert consumer.flush(10) == 0
+        now_ms = int(time.time() * 1000)
+        stats = {row.queue: dataclasses.asdict(row) for row in collect(config, now_ms=now_ms)}
+        audit = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms), spark)["queues"]
+        held.ack()
+    for queue in ("jobs", "later", "ttl", "gone", "amo"):
+        shared = [f for f in (*v.STATES, *v.COUNTERS) if f in stats[queue]]
+        assert {f: stats[queue][f] for f in shared} == {f: audit[queue][f] for f in shared}, queue
+    j = stats["jobs"]
+    assert {k: j[k] for k in ("acked", "dead_lettered", "rejected", "in_flight", "delivered", "released",
+                              "returned", "redelivered", "waiting")} == {
+        "acked": 3, "dead_lettered": 2, "rejected": 1, "in_flight": 1, "delivered": 8, "released": 3,
+        "returned": 1, "redelivered": 2, "waiting": 0}
+    assert (stats["later"]["delayed"], stats["later"]["delivered"], stats["later"]["redelivered"]) == (1, 0, 0)
+    assert (stats["ttl"]["expired"], stats["ttl"]["delivered"], stats["ttl"]["dead_lettered"]) == (1, 0, 0)
+    assert (stats["gone"]["purged"], stats["gone"]["waiting"], stats["gone"]["delivered"]) == (3, 0, 0)
+    assert (stats["amo"]["consumed"], stats["amo"]["waiting"]) == (3, 0)

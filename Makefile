@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
 .PHONY: test-celery celery-install cluster-up cluster-down test-cluster
+.PHONY: test-audit-cluster bench-audit-scale
 
 venv install: $(STAMP)
 
@@ -31,6 +32,15 @@ unit: $(STAMP)
 
 functional: kafka-fetch
 	$(PY) -m pytest $(XDIST) tests/functional
+
+# The audit on a Spark standalone cluster (a master and two workers from pyspark's own distribution) against local
+# mode and the generator's ground truth.
+test-audit-cluster: kafka-fetch
+	$(PY) -m pytest tests/audit_cluster -p no:cacheprovider -o testpaths=tests/audit_cluster
+
+# The audit on 1M, 3M and 10M generated messages: wall time, peak memory, equality with the ground truth.
+bench-audit-scale: kafka-fetch
+	$(PY) -m tests.bench.audit_scale $(if $(SIZES),--sizes $(SIZES),)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks

@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--from", dest="from_time", type=_iso_time,
                        help="enqueued at or after (ISO 8601, UTC if no zone)")
     audit.add_argument("--to", dest="to_time", type=_iso_time, help="enqueued before (ISO 8601)")
-    audit.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    audit.add_argument("--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)")
     audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
     return parser
 
@@ -389,9 +389,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
-    columns = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "deliveries",
-               "acked", "redelivered", "released", "returned", "dead_lettered", "delayed", "expired",
-               "purged", "go_ends"]
+    columns = [c for c in STATS_COLUMNS if c not in STATS_IF_ANY or any(getattr(r, c) for r in rows)]
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
@@ -406,6 +404,13 @@ def _warn_if_no_tracker(config: Config) -> None:
             "no_redelivery_tracker", group=config.tracker_group,
             note="released messages and those of crashed workers will not come back until a tracker runs "
                  "(kmq tracker)")
+
+
+#: `kmq stats` columns: messages per state (kmq.wire.vocabulary), then counters; the rare states only when seen.
+STATS_COLUMNS = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "delayed",
+                 "overdue", "acked", "dead_lettered", "rejected", "expired", "purged", "consumed", "ended_by_go",
+                 "vanished", "delivered", "released", "returned", "redelivered"]
+STATS_IF_ANY = {"consumed", "ended_by_go", "vanished"}
 
 
 _last_progress = [0.0]
@@ -499,8 +504,10 @@ def _time_ms(moment: datetime | None) -> int | None:
     return None if moment is None else ms_from_datetime(moment)
 
 
-AUDIT_COLUMNS = ["produced", "delivered", "acked", "released", "rejected", "redelivered", "dead_lettered",
-                 "in_flight", "waiting", "lost", "acked_more_than_once", "delivered_more_than_once"]
+#: `kmq audit` columns: produced and counters, messages per state (kmq.wire.vocabulary), lost, the duplicates.
+AUDIT_COLUMNS = ["produced", "delivered", "released", "returned", "redelivered", "acked", "dead_lettered", "rejected",
+                 "expired", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
+                 "delivered_more_than_once", "acked_more_than_once"]
 
 
 def cmd_audit(config: Config, args: argparse.Namespace) -> int:
@@ -508,23 +515,37 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         from kmq.ops.audit.job import AuditOptions, run
     except ImportError as err:
         raise KmqError(f"kmq audit needs the spark extra: pip install 'kmq[spark]' ({err})") from err
+    # Under spark-submit the session exists already, with the master it was given.
+    master = args.master or ("" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]")
     options = AuditOptions(queues=tuple(args.queue), from_ms=_time_ms(args.from_time), to_ms=_time_ms(args.to_time),
-                           master=args.master, out_dir=Path(args.out))
+                           master=master, out_dir=Path(args.out))
     result = run(config, options)
     rows = []
     for name, data in sorted(result["queues"].items()):
-        wait = data.get("wait_ms_p50_p95_p99") or [None] * 3
-        proc = data.get("processing_ms_p50_p95_p99") or [None] * 3
-        rows.append([name, *(str(data.get(c, 0)) for c in AUDIT_COLUMNS), f"{wait[0]}/{wait[2]}",
-                     f"{proc[0]}/{proc[2]}"])
+        if "produced" not in data:
+            continue  # only messages from before the window
+        rows.append([name, *(f"{data.get(c, 0):,}" for c in AUDIT_COLUMNS),
+                     _p50_p99(data.get("wait_ms_p50_p95_p99")), _p50_p99(data.get("processing_ms_p50_p95_p99"))])
     print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
-    print(f"malformed markers: {result['malformed_markers']}; results in {args.out}")
+    before = sum(d.get("before_window", 0) for d in result["queues"].values())
+    if result["window"] is not None:
+        print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")
+    read = result["topics"]
+    print(f"read {sum(t.get('records', 0) for t in read.values()):,} records, "
+          f"{sum(t.get('bytes', 0) or 0 for t in read.values()) / 1e6:,.1f} MB; "
+          f"malformed markers: {result['malformed_markers']}; results in {args.out}")
     return EXIT_OK
 
 
 def plural(count: int, noun: str) -> str:
     """``1 message``, ``2 messages``."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _p50_p99(values: list[float] | None) -> str:
+    if not values or values[0] is None:
+        return "-"
+    return f"{values[0]:,.0f}/{values[2]:,.0f}"
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

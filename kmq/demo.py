@@ -24,10 +24,11 @@ from kmq._kafka.topics import create_topics
 from kmq.cli import format_table
 from kmq.config import Config
 from kmq.ops.lifecycle import QueueSummary
-from kmq.ops.stats import MarkerScanner, waiting_first_ids
+from kmq.ops.stats import Scanner
 from kmq.service import Service
 from kmq.testing.broker import LocalKafka
 from kmq.wire import MessageId
+from kmq.wire import vocabulary as v
 
 QUEUES = ("emails", "thumbnails")
 JOBS_PER_QUEUE = 5_000
@@ -82,14 +83,14 @@ def run(config: Config, logs_dir: Path) -> int:
     sent = send_jobs(config)
     say(f"sent {sum(map(len, sent.values())):,} jobs to {', '.join(QUEUES)} in {time.monotonic() - started:.1f}s")
     workers = [start(worker_args, env, logs_dir / f"worker-{i}.log") for i in (1, 2)]
-    scanner = MarkerScanner(config)
+    scanner = Scanner(config)
     killed = False
     total = sum(map(len, sent.values()))
     try:
         while time.monotonic() - started < TIMEOUT_S:
-            summaries = scanner.read_to_end().summary()
-            done = sum(s.acked + s.dead_lettered for s in summaries.values())
-            in_flight = sum(s.in_flight for s in summaries.values())
+            summaries = scanner.read()
+            done = sum(s.states[v.ACKED] + s.states[v.DEAD_LETTERED] for s in summaries.values())
+            in_flight = sum(s.states[v.IN_FLIGHT] + s.states[v.OVERDUE] for s in summaries.values())
             if not killed and done >= total // 2:
                 workers[0].send_signal(signal.SIGKILL)
                 killed = True
@@ -107,7 +108,7 @@ def run(config: Config, logs_dir: Path) -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        summaries = scanner.read_to_end().summary()
+        summaries = scanner.read(keep_ids=True)
         scanner.close()
     return report(config, sent, summaries, duration)
 
@@ -117,14 +118,17 @@ def report(config: Config, sent: dict[str, set[MessageId]], summaries: Mapping[s
     rows, lost_total, unfinished_total = [], 0, 0
     for name in sent:
         s = summaries.get(name) or QueueSummary()
-        done = s.acked_first_ids | s.dead_first_ids
-        # Not done by the deadline is not lost: a job still on the topic or in flight will be processed.
-        unfinished = (sent[name] & (s.in_flight_first_ids | waiting_first_ids(config, name))) - done
+        ids = s.first_ids
+        done = ids[v.ACKED] | ids[v.DEAD_LETTERED]
+        # Not done by the deadline is not lost: a job still on the topic or in flight (or overdue: a tracker
+        # brings it back) will be processed.
+        unfinished = (sent[name] & (ids[v.IN_FLIGHT] | ids[v.DELAYED] | ids[v.OVERDUE] | ids[v.WAITING])) - done
         lost = sent[name] - done - unfinished
         lost_total += len(lost)
         unfinished_total += len(unfinished)
-        rows.append([name, f"{len(sent[name]):,}", f"{len(s.acked_first_ids & sent[name]):,}",
-                     f"{s.redelivered:,}", f"{s.recovered:,}", f"{len(s.dead_first_ids & sent[name]):,}",
+        rows.append([name, f"{len(sent[name]):,}", f"{len(ids[v.ACKED] & sent[name]):,}",
+                     f"{s.counters[v.REDELIVERED]:,}", f"{s.counters[v.RECOVERED]:,}",
+                     f"{len(ids[v.DEAD_LETTERED] & sent[name]):,}",
                      f"{len(unfinished):,}", f"{len(lost):,}", f"{duration:.1f}s",
                      f"{len(sent[name]) / duration:,.0f}"])
     print()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -21,6 +22,11 @@ from tests.kafka_plugin import (
 )
 
 __all__ = ["admin", "kafka_bootstrap", "pytest_collection_modifyitems", "pytest_configure", "pytest_unconfigure"]
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from kmq.config import Config
 
 # Properties, not timings: a loaded machine (CI runs four tests at once beside a broker) must not fail an example
 # for taking 300 ms.
@@ -83,3 +89,13 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # a test may delete one itself
                     raise
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local Spark session for the whole test session (the audit's tests share it: a session takes seconds)."""
+    from kmq.ops.audit.job import session
+
+    spark = session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+    yield spark
+    spark.stop()

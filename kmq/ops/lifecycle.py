@@ -1,199 +1,373 @@
-"""Message lifecycles folded from the markers topic: per queue, what was delivered, acked, redelivered,
-dead-lettered, and what is still in flight. Pure: no Kafka; the caller feeds it marker records in log order.
+"""Message lifecycles from the topics, in Python: the per-message fold behind ``kmq stats`` and the reference the
+Spark audit (kmq.ops.audit.classification) is held to. Pure: no Kafka; the caller feeds it what it read.
 
-kmq's Ends say what they are (an ack carries its writer's instance id; a tracker's End its reason). A *bare* End
-(no reason, no writer) comes from a kafka-mq-go component: a Go consumer's ack, or a Go tracker's End after it
-produced a copy (key and value only, no kmq headers). It is classified when it can be: a first-delivery Start of
-the same queue and payload near it (just before or after) is that copy, so the End is a redelivery and the copy is
-folded into the original. A bare End that matches no copy is counted on its own (``go_ends``), never as an ack.
+Three steps, each a definition from kmq.wire.vocabulary:
+1. ``DeliveryFold``: markers (in any order; ``seq`` orders one delivery's markers) → per delivery (a Started record)
+   its counts of each ``MarkerEvent``, its first Start, and the deadline its last Start or KeepAlive set;
+2. ``go_links``: kafka-mq-go trackers' copies (no kmq headers) linked to their originals by queue and payload;
+3. ``classify``: deliveries, messages-topic records, dead letters, the queues' committed offsets and purge times →
+   per message its facts, its state (``STATE_RULES``) and its counters; ``summarise`` sums them per queue.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from kmq.wire import DELAY_REASON, EXPIRED_REASON, PURGED_REASON, RELEASE_REASON, RETURN_REASON, MessageId
-from kmq.wire.markers import EndReason, Marker, MarkerType
+from kmq.errors import MarkerDecodeError
+from kmq.wire import HEADER_DLQ_QUEUE, HEADER_DLQ_REASON, HEADER_FIRST_ID, DeliveryHeaders, MessageId
+from kmq.wire import vocabulary as v
+from kmq.wire.marker_batch import decode_record
+from kmq.wire.markers import Marker
+from kmq.wire.vocabulary import MarkerEvent as E
+
+_EVENTS = len(E)
+#: A marker's ``seq``: its record's offset shifted by this, plus its index in the record (a batch holds many).
+SEQ_SHIFT = 20
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One Started record of a message and what its markers say."""
+
+    message_id: MessageId
+    queue: str = ""
+    first_id: MessageId | None = None
+    starts: int = 0
+    start_ms: int = 0
+    delivery_count: int = 0
+    #: (seq, deadline ms) of its last Start or KeepAlive: the tracker's deadline for it.
+    deadline: tuple[int, int] = (-1, 0)
+    first_ack_ms: int = 0
+    events: list[int] = field(default_factory=lambda: [0] * _EVENTS)
+
+    def count(self, *events: E) -> int:
+        return sum(self.events[e] for e in events)
+
+    @property
+    def open(self) -> bool:
+        return not any(self.events[e] for e in v.END_EVENTS)
+
+    @property
+    def handled(self) -> bool:
+        """Counts as delivered: no marker says no handler had it."""
+        return not any(self.events[e] for e in v.UNHANDLED_EVENTS)
+
+
+class DeliveryFold:
+    """Markers → deliveries. ``add`` takes each marker with its log timestamp and a ``seq`` that grows along the log
+    of its partition (e.g. ``offset << 20 | index in record``). Order-independent but for the deadline."""
+
+    def __init__(self) -> None:
+        self.deliveries: dict[MessageId, Delivery] = {}
+        self.malformed = 0
+
+    def add(self, marker: Marker, timestamp_ms: int, seq: int) -> None:
+        event = v.marker_event(marker)
+        found = self.deliveries.get(marker.message_id)
+        if found is None:
+            found = self.deliveries[marker.message_id] = Delivery(marker.message_id)
+        found.events[event] += 1
+        if event is E.START:
+            # Two Starts of one record say the same; were they to differ, the least is taken (as the audit does).
+            if not found.starts:
+                found.queue, found.first_id, found.start_ms = marker.queue, marker.first_id, timestamp_ms
+            else:
+                found.queue, found.start_ms = min(found.queue, marker.queue), min(found.start_ms, timestamp_ms)
+                found.first_id = min(found.first_id or marker.first_id, marker.first_id)
+            found.starts += 1
+            found.delivery_count = max(found.delivery_count, marker.delivery_count or 1)
+        elif event is E.ACK and (not found.first_ack_ms or timestamp_ms < found.first_ack_ms):
+            found.first_ack_ms = timestamp_ms
+        if event not in v.END_EVENTS and seq > found.deadline[0]:
+            found.deadline = (seq, timestamp_ms + marker.redeliver_after_ms)
+
+    def add_record(self, value: bytes | None, timestamp_ms: int, offset: int) -> None:
+        """Every marker of one markers-topic record (either format); an undecodable one is counted."""
+        try:
+            markers = decode_record(value)
+        except MarkerDecodeError:
+            self.malformed += 1
+            return
+        base = offset << SEQ_SHIFT
+        for index, marker in enumerate(markers):
+            self.add(marker, timestamp_ms, base + index)
+
+    def started(self) -> Iterable[Delivery]:
+        """Deliveries with a Start: markers of a record never Started (read past) are ignored."""
+        return (d for d in self.deliveries.values() if d.starts)
+
+
+class Record(NamedTuple):
+    """A messages-topic record, as the classification needs it."""
+
+    message_id: MessageId
+    queue: str
+    timestamp_ms: int
+    #: The first-id header (a kmq tracker's or a redrive's copy), None on an original or a Go tracker's copy.
+    first_id_header: MessageId | None
+    #: The enqueued-at header (a copy), 0 if absent.
+    enqueued_at_ms: int
+    #: A digest of the payload: links a Go tracker's copy to its original.
+    content: bytes = b""
+
+    @property
+    def enqueued_ms(self) -> int:
+        return self.enqueued_at_ms or self.timestamp_ms
+
+
+def to_record(message_id: MessageId, key: bytes | None, timestamp_ms: int, headers: Mapping[str, bytes],
+              value: bytes | None) -> Record:
+    """A messages-topic record as the classification needs it."""
+    delivery = DeliveryHeaders.parse(headers) if headers else DeliveryHeaders(1, None, 0)
+    first = delivery.first_message_id
+    # A kafka-mq-go tracker's copy is found by its payload (a digest: a copy keeps the original's).
+    content = hashlib.blake2b(value or b"", digest_size=16).digest()
+    return Record(message_id, (key or b"").decode("utf-8", "replace"), timestamp_ms, first,
+                  delivery.enqueued_at_ms, content)
+
+
+class DeadLetter(NamedTuple):
+    queue: str
+    first_id: MessageId | None
+    reason: str
+
+
+def to_dead_letter(key: bytes | None, headers: Mapping[str, bytes]) -> DeadLetter:
+    """A dead letter as the classification needs it: its queue, first id and reason."""
+    first = headers.get(HEADER_FIRST_ID)
+    queue = headers.get(HEADER_DLQ_QUEUE) or key or b""
+    return DeadLetter(queue.decode("utf-8", "replace"), MessageId.parse(first.decode()) if first else None,
+                      headers.get(HEADER_DLQ_REASON, b"").decode("utf-8", "replace"))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """An incremental audit's window: messages enqueued in [from_ms, to_ms); records before ``start_offsets``
+    (per messages partition) were not read."""
+
+    start_offsets: Mapping[int, int]
+    from_ms: int | None = None
+    to_ms: int | None = None
+
+    def before(self, first_id: MessageId) -> bool:
+        return first_id.offset < self.start_offsets.get(first_id.partition, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What else the classification needs: group offsets, purge times, at-most-once queues, now, a window."""
+
+    now_ms: int
+    committed: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    purged_before: Mapping[str, int] = field(default_factory=dict)
+    at_most_once: frozenset[str] = frozenset()
+    window: Window | None = None
+
+
+class GoLinks(NamedTuple):
+    #: Copy record id -> the first id of the message it is a copy of.
+    links: dict[MessageId, MessageId]
+    #: Record ids of the originals a copy follows (their bare End was a Go tracker's redelivery).
+    followed: set[MessageId]
+
+
+def go_links(deliveries: Mapping[MessageId, Delivery], records: Iterable[Record]) -> GoLinks:
+    """kafka-mq-go trackers' copies, linked to their originals. A Go copy is a record without a first-id header with
+    the queue and payload of an earlier record whose delivery got a bare End; each original takes its earliest such
+    copy, and a copy claimed by several originals goes to the latest of them. ("Earlier": by timestamp, then
+    partition and offset.)"""
+    bare = {mid for mid, d in deliveries.items() if d.starts and d.events[E.GO_END]}
+    if not bare:
+        return GoLinks({}, set())
+    originals: dict[tuple[str, bytes], list[Record]] = defaultdict(list)
+    candidates: dict[tuple[str, bytes], list[Record]] = defaultdict(list)
+    for r in records:
+        if r.message_id in bare:
+            originals[(r.queue, r.content)].append(r)
+        if r.first_id_header is None:
+            candidates[(r.queue, r.content)].append(r)
+    chosen: dict[MessageId, Record] = {}  # copy id -> the latest original claiming it
+    for key, group in originals.items():
+        for original in group:
+            after = [c for c in candidates.get(key, ()) if _order(c) > _order(original)]
+            if after:
+                taken = min(after, key=_order).message_id
+                if taken not in chosen or _order(original) > _order(chosen[taken]):
+                    chosen[taken] = original
+    links = {copy_id: original.first_id_header or original.message_id for copy_id, original in chosen.items()}
+    for copy_id in links:  # a copy of a copy: follow the chain to the first original (chains go back in time)
+        while links[copy_id] in links:
+            links[copy_id] = links[links[copy_id]]
+    return GoLinks(links, {original.message_id for original in chosen.values()})
+
+
+def _order(r: Record) -> tuple[int, int, int]:
+    return r.timestamp_ms, r.message_id.partition, r.message_id.offset
+
+
+#: Where a message stands to an audit's window: enqueued in it, before it (its original was not read), after it.
+IN_WINDOW, BEFORE_WINDOW, AFTER_WINDOW = "in", "before", "after"
+
+
+@dataclass(slots=True)
+class MessageLife:
+    """One message: its facts (``vocabulary.FACTS``), state, counters, and what the audit's extras need."""
+
+    queue: str
+    first_id: MessageId
+    facts: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
+    enqueued_ms: int | None = None
+    first_start_ms: int | None = None
+    max_delivery_count: int = 0
+    acks: int = 0
+    in_flight_since_ms: int | None = None
+    waiting_since_ms: int | None = None
+    state: str = ""
+    scope: str = IN_WINDOW
+
+
+Key = tuple[str, MessageId]
+
+
+def classify(deliveries: Mapping[MessageId, Delivery], records: Iterable[Record], dead_letters: Iterable[DeadLetter],
+             context: Context) -> dict[Key, MessageLife]:
+    """Every message's facts, state and counters."""
+    records = list(records)
+    links, followed = go_links(deliveries, records)
+    lives: dict[Key, MessageLife] = {}
+
+    def life(queue: str, first_id: MessageId) -> MessageLife:
+        first_id = links.get(first_id, first_id)
+        found = lives.get((queue, first_id))
+        if found is None:
+            found = lives[(queue, first_id)] = MessageLife(queue, first_id)
+        return found
+
+    # A delivery belongs to the message of its record (the first-id header its Start copied), or, its record not
+    # read, to its Start's first id.
+    by_id = {r.message_id: r for r in records}
+    for mid, d in deliveries.items():
+        if d.starts:
+            r = by_id.get(mid)
+            queue, first = (r.queue, r.first_id_header or mid) if r is not None else (d.queue, d.first_id or mid)
+            _add_delivery(life(queue, first), d, mid in followed, context.now_ms)
+    for r in records:
+        _add_record(life(r.queue, r.first_id_header or r.message_id), r, deliveries, context, r.message_id in links)
+    for letter in dead_letters:
+        if letter.first_id is not None:
+            event = v.dead_letter_event(letter.reason)
+            m = life(letter.queue, letter.first_id)
+            m.facts["expired_letters" if event is E.EXPIRE else "dead_letters"] += 1
+            m.counters["refused_letters"] += event is E.REJECT
+    for m in lives.values():
+        _finish(m, context.window)
+    return lives
+
+
+def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> None:
+    f, c, ev = m.facts, m.counters, d.events
+    f["acks"] += ev[E.ACK]
+    m.acks += ev[E.ACK]
+    if d.open:
+        if d.deadline[1] < now_ms:
+            f["open_overdue"] += 1
+        elif ev[E.DELAY]:
+            f["open_delayed"] += 1
+        else:
+            f["open_in_flight"] += 1
+            m.in_flight_since_ms = min(m.in_flight_since_ms or d.start_ms, d.start_ms)
+    f["purge_ends"] += ev[E.PURGE] + ev[E.TRACKER_PURGE]
+    f["expire_ends"] += ev[E.EXPIRE]
+    f["dead_ends"] += ev[E.REJECT] + ev[E.DEAD_LETTER]
+    f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
+    c["refused_ends"] += ev[E.REJECT]
+    c[v.DELIVERED] += d.handled
+    c[v.RELEASED] += ev[E.RELEASE]
+    c[v.RETURNED] += ev[E.RETURN]
+    if not d.count(*v.UNCOUNTED_COPY_EVENTS):
+        copies = ev[E.REDELIVER] + go_copied
+        c[v.REDELIVERED] += copies
+        c[v.GO_REDELIVERED] += go_copied
+        c[v.RECOVERED] += bool(copies) and not ev[E.RELEASE]
+    m.first_start_ms = min(m.first_start_ms or d.start_ms, d.start_ms)
+    m.max_delivery_count = max(m.max_delivery_count, d.delivery_count or 1)
+
+
+def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delivery], context: Context,
+                go_copy: bool) -> None:
+    if r.first_id_header is None and not go_copy:
+        m.enqueued_ms = r.timestamp_ms
+        m.counters[v.PRODUCED] += 1
+    started = deliveries.get(r.message_id)
+    if started is not None and started.starts:
+        return
+    if r.message_id.offset < context.committed.get(r.queue, {}).get(r.message_id.partition, 0):
+        if r.queue in context.at_most_once:
+            m.facts["consumed_records"] += 1
+    elif r.enqueued_ms < context.purged_before.get(r.queue, r.enqueued_ms):
+        m.facts["purged_records"] += 1
+    else:
+        m.facts["waiting_records"] += 1
+        m.waiting_since_ms = min(m.waiting_since_ms or r.timestamp_ms, r.timestamp_ms)
+
+
+def _finish(m: MessageLife, window: Window | None) -> None:
+    m.state = v.state_of(m.facts)
+    refused = m.counters.pop("refused_ends", 0) + m.counters.pop("refused_letters", 0)
+    if m.state == v.DEAD_LETTERED and refused:
+        m.counters[v.REJECTED] = 1
+    if window is None:
+        return
+    if window.before(m.first_id) or (m.enqueued_ms is not None and window.from_ms is not None
+                                     and m.enqueued_ms < window.from_ms):
+        m.scope = BEFORE_WINDOW
+    elif m.enqueued_ms is not None and window.to_ms is not None and m.enqueued_ms >= window.to_ms:
+        m.scope = AFTER_WINDOW
 
 
 @dataclass(slots=True)
 class QueueSummary:
-    deliveries: int = 0
-    redelivered: int = 0
-    acked: int = 0
-    rejected: int = 0
-    dead_lettered: int = 0
-    released: int = 0
-    #: Given back unprocessed (consumer close, worker shutdown): redelivered without counting a delivery.
-    returned: int = 0
-    #: Redeliveries of messages nobody released: their worker crashed or went silent past the deadline.
-    recovered: int = 0
-    #: Read after their expiry time: never handed out (dead-lettered or dropped, per ``expired_messages``).
-    expired: int = 0
-    #: Settled by ``kmq purge`` without a handler.
-    purged: int = 0
-    #: Read before their due time and waiting for it (``send(delay=…)``): neither in flight nor a delivery.
-    delayed: int = 0
-    #: Of ``redelivered``: copies a kafka-mq-go tracker made (matched by queue and payload).
-    go_redelivered: int = 0
-    #: Bare Ends (kafka-mq-go) matched to no copy: a Go consumer's ack, or a Go redelivery not read yet.
-    go_ends: int = 0
-    in_flight: int = 0
+    """One queue's messages: how many are in each state, its counters, and the oldest waiting and in-flight."""
+
+    states: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
+    #: Messages enqueued before an audit's window whose markers it read ("started before the window").
+    before_window: int = 0
+    oldest_waiting_ms: int = 0
     oldest_in_flight_ms: int = 0
-    acked_first_ids: set[MessageId] = field(default_factory=set, repr=False)
-    dead_first_ids: set[MessageId] = field(default_factory=set, repr=False)
-    #: First-delivery ids of the messages in flight now (Started, not Ended).
-    in_flight_first_ids: set[MessageId] = field(default_factory=set, repr=False)
+    #: State -> first ids of its messages (only with ``summarise(…, keep_ids=True)``).
+    first_ids: dict[str, set[MessageId]] = field(default_factory=lambda: defaultdict(set))
 
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in (
-            "deliveries", "redelivered", "acked", "rejected", "dead_lettered", "released", "returned", "recovered",
-            "go_redelivered", "go_ends", "delayed", "expired", "purged", "in_flight")}
+    def figures(self) -> dict[str, int]:
+        """Every state and counter of the vocabulary, and the duplicate figures, by name."""
+        return {**{s: self.states[s] for s in v.STATES}, v.LOST: sum(self.states[s] for s in v.LOST_STATES),
+                **{c: self.counters[c] for c in (*v.COUNTERS, *v.DUPLICATES)}}
 
 
-@dataclass(slots=True)
-class _Open:
-    message_id: MessageId
-    queue: str
-    first_id: MessageId
-    started_ms: int
-    #: The payload: what links a kafka-mq-go tracker's copy (which has no first-id header) to this message; None for
-    #: a Start by reference (kmq's, so never copied by a kafka-mq-go tracker).
-    value: bytes | None
-    released: bool = False
-    #: Waiting for its due time (a "delayed" KeepAlive): the tracker brings it back then.
-    delayed: bool = False
-
-
-Content = tuple[str, bytes]
-
-
-class LifecycleFold:
-    """Feeds on (marker, log timestamp); ``summary()`` gives per-queue figures. Duplicate acks count once."""
-
-    def __init__(self) -> None:
-        self._open: dict[MessageId, _Open] = {}
-        self._queues: dict[str, QueueSummary] = {}
-        #: Open messages by (queue, payload), and originals whose bare End matched no copy yet.
-        self._open_by_content: dict[Content, dict[MessageId, _Open]] = defaultdict(dict)
-        self._bare_ended: dict[Content, list[_Open]] = defaultdict(list)
-        #: Original → a first-delivery Start of the same content seen while the original was open.
-        self._copy_candidates: dict[MessageId, _Open] = {}
-        self.malformed = 0
-
-    def queue(self, name: str) -> QueueSummary:
-        return self._queues.setdefault(name, QueueSummary())
-
-    def add(self, marker: Marker, timestamp_ms: int) -> None:
-        if marker.type is MarkerType.START:
-            self._start(marker, timestamp_ms)
-            return
-        known = self._open.get(marker.message_id)
-        if known is None:
-            return
-        summary = self.queue(known.queue)
-        if marker.type is MarkerType.KEEPALIVE:
-            if marker.reason == RELEASE_REASON:
-                summary.released += 1
-                known.released = True
-            elif marker.reason == RETURN_REASON:
-                summary.returned += 1
-                known.released = True
-            elif marker.reason == DELAY_REASON and not known.delayed:
-                summary.deliveries -= 1  # a hop towards the due time, not a delivery
-                known.released = known.delayed = True
-            return
-        copy = self._copy_candidates.pop(known.message_id, None)
-        self._close(known)
-        if is_kafka_mq_go_end(marker):
-            self._bare_end(known, copy, summary)
-        elif marker.end_reason is EndReason.REDELIVERED:
-            summary.recovered += not known.released
-        elif marker.end_reason is EndReason.ACKED:
-            if known.first_id not in summary.acked_first_ids:
-                summary.acked_first_ids.add(known.first_id)
-                summary.acked += 1
-        elif marker.end_reason is EndReason.REJECTED and marker.reason == PURGED_REASON:
-            summary.purged += 1
-        elif marker.end_reason is EndReason.REJECTED and marker.reason == EXPIRED_REASON:
-            summary.expired += 1
-            summary.deliveries -= 1  # read, never handed out
-        elif marker.end_reason in (EndReason.REJECTED, EndReason.DEAD_LETTERED):
-            summary.rejected += marker.end_reason is EndReason.REJECTED
-            if known.first_id not in summary.dead_first_ids:
-                summary.dead_first_ids.add(known.first_id)
-                summary.dead_lettered += 1
-
-    def _start(self, marker: Marker, timestamp_ms: int) -> None:
-        if marker.message_id in self._open:
-            return  # a consumer re-read the record after a failed commit
-        summary = self.queue(marker.queue)
-        summary.deliveries += 1
-        summary.redelivered += (marker.delivery_count or 1) > 1
-        if marker.reference:
-            self._open[marker.message_id] = _Open(marker.message_id, marker.queue, marker.first_id, timestamp_ms, None)
-            return
-        item = _Open(marker.message_id, marker.queue, marker.first_id, timestamp_ms, marker.value)
-        content = (marker.queue, marker.value)
-        if marker.first_message_id in (None, marker.message_id):  # a first delivery, as far as headers tell
-            waiting = self._bare_ended.get(content)
-            if waiting:  # a kafka-mq-go tracker's copy of an original it already Ended
-                self._link(waiting.pop(0), item, summary)
-                summary.go_ends -= 1
-            else:
-                for original in self._open_by_content.get(content, {}).values():
-                    self._copy_candidates.setdefault(original.message_id, item)
-                    break
-        self._open[marker.message_id] = item
-        self._open_by_content[content][marker.message_id] = item
-
-    def _bare_end(self, original: _Open, copy: _Open | None, summary: QueueSummary) -> None:
-        if copy is not None and copy.message_id in self._open:
-            self._link(original, copy, summary)
-        else:
-            if original.value is not None:
-                self._bare_ended[(original.queue, original.value)].append(original)
-            summary.go_ends += 1
-
-    def _link(self, original: _Open, copy: _Open, summary: QueueSummary) -> None:
-        """``copy`` is the kafka-mq-go tracker's redelivery of ``original``: it counts as the original's."""
-        copy.first_id = original.first_id
-        summary.redelivered += 1
-        summary.go_redelivered += 1
-        summary.recovered += not original.released
-
-    def _close(self, item: _Open) -> None:
-        del self._open[item.message_id]
-        if item.value is None:
-            return
-        same = self._open_by_content.get((item.queue, item.value))
-        if same is not None:
-            same.pop(item.message_id, None)
-            if not same:
-                del self._open_by_content[(item.queue, item.value)]
-
-    def summary(self) -> dict[str, QueueSummary]:
-        for summary in self._queues.values():
-            summary.in_flight = 0
-            summary.oldest_in_flight_ms = 0
-            summary.in_flight_first_ids = set()
-        for summary in self._queues.values():
-            summary.delayed = 0
-        for item in self._open.values():
-            summary = self.queue(item.queue)
-            if item.delayed:
-                summary.delayed += 1
-                continue
-            summary.in_flight += 1
-            summary.in_flight_first_ids.add(item.first_id)
-            if not summary.oldest_in_flight_ms or item.started_ms < summary.oldest_in_flight_ms:
-                summary.oldest_in_flight_ms = item.started_ms
-        return dict(self._queues)
-
-
-def is_kafka_mq_go_end(marker: Marker) -> bool:
-    """A bare End, which no kmq component writes: kmq's acks carry their writer's instance id, its tracker's
-    Ends a reason."""
-    return (marker.type is MarkerType.END and marker.end_reason is EndReason.ACKED and not marker.client_id
-            and not marker.instance_id)
+def summarise(lives: Iterable[MessageLife], keep_ids: bool = False) -> dict[str, QueueSummary]:
+    """Per queue, the messages in the window (all, without one) summed."""
+    out: dict[str, QueueSummary] = {}
+    for m in lives:
+        q = out.get(m.queue)
+        if q is None:
+            q = out[m.queue] = QueueSummary()
+        if m.scope != IN_WINDOW:
+            q.before_window += m.scope == BEFORE_WINDOW
+            continue
+        q.states[m.state] += 1
+        q.counters.update(m.counters)
+        q.counters[v.DUPLICATE_ACKS] += max(0, m.acks - 1)
+        q.counters[v.ACKED_MORE_THAN_ONCE] += m.acks > 1
+        q.counters[v.DELIVERED_MORE_THAN_ONCE] += m.counters[v.DELIVERED] > 1
+        if m.state == v.IN_FLIGHT and m.in_flight_since_ms is not None:
+            q.oldest_in_flight_ms = min(q.oldest_in_flight_ms or m.in_flight_since_ms, m.in_flight_since_ms)
+        if m.state == v.WAITING and m.waiting_since_ms is not None:
+            q.oldest_waiting_ms = min(q.oldest_waiting_ms or m.waiting_since_ms, m.waiting_since_ms)
+        if keep_ids:
+            q.first_ids[m.state].add(m.first_id)
+    return out

@@ -1,162 +1,159 @@
-"""Queue statistics read straight from Kafka (no tracker endpoint needed).
+"""Queue statistics read straight from Kafka (no tracker endpoint needed), in the vocabulary of
+kmq.wire.vocabulary: how many messages are in each state, and the counters.
 
-Two replays, each to the end offsets seen when it starts, never cut short: the markers topic folded into message
-lifecycles (delivered, acked, in flight …), and the messages topic for what waits (this queue's records past its
-consumer group's committed offset, not yet Started). A long replay reports progress; a replay that stops making
-progress is an error, never a silently partial answer.
+What is read, in this order (each source is read after what it depends on, so nothing is caught half-way): the
+queues' committed offsets and purge times, then the markers topic, then the messages topic (a tracker's copy is
+written before its End, so every End read has its copy read too), then the dead-letter topic. Each topic is read to
+the end offsets seen when its replay starts, never cut short; a long replay reports progress, and one that stops
+making progress is an error, never a silently partial answer. kmq.ops.lifecycle then classifies every message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
-from kmq.errors import MarkerDecodeError
-from kmq.ops.lifecycle import LifecycleFold
-from kmq.wire import MessageId
-from kmq.wire.marker_batch import decode_record
+from kmq.errors import TopicError
+from kmq.ops import lifecycle
+from kmq.ops.lifecycle import Context, DeadLetter, DeliveryFold, QueueSummary, Record, classify, summarise
+from kmq.wire import vocabulary as v
+from kmq.wire.control import ControlState, control_topic
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-class MarkerScanner:
-    """The markers topic folded into per-queue lifecycles; ``read_to_end()`` catches up with what was written
-    since the last call."""
-
-    def __init__(self, config: Config, progress: Progress | None = None) -> None:
-        self.fold = LifecycleFold()
-        self._replay = TopicReplay(config, config.marker_topic, progress)
-
-    def read_to_end(self) -> LifecycleFold:
-        fold = self.fold
-        for record in self._replay.records():
-            try:
-                markers = decode_record(record.value())
-            except MarkerDecodeError:
-                fold.malformed += 1
-                continue
-            timestamp_ms = _kafka.record_timestamp_ms(record)
-            for marker in markers:
-                fold.add(marker, timestamp_ms)
-        return fold
-
-    def close(self) -> None:
-        self._replay.close()
-
-
-class CommittedOffsets:
-    """Each queue's group's committed offsets on the messages topic, asked once per queue."""
-
-    def __init__(self, config: Config) -> None:
-        self._config = config
-        self._admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
-        self._by_queue: dict[str, dict[int, int]] = {}
-
-    def of(self, queue: str) -> dict[int, int]:
-        known = self._by_queue.get(queue)
-        if known is None:
-            group = self._config.consumer_group(queue)
-            futures = self._admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-            result = futures[group].result(timeout=self._config.connect_timeout_ms / 1000)
-            known = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                     if tp.topic == self._config.message_topic and tp.offset >= 0}
-            self._by_queue[queue] = known
-        return known
-
-
-@dataclass(slots=True)
-class Waiting:
-    """A queue's records past its group's committed offset (read by no consumer yet)."""
-
-    count: int = 0
-    oldest_ms: int = 0
-    first_ids: set[MessageId] = field(default_factory=set, repr=False)
-
-
-def waiting_messages(config: Config, queues: set[str] | None = None, progress: Progress | None = None,
-                     keep_first_ids: bool = False) -> dict[str, Waiting]:
-    """Per queue (or the ones named), what waits on the messages topic; a queue no consumer ever read is included
-    with all of its records."""
-    committed = CommittedOffsets(config)
-    out: dict[str, Waiting] = {}
-    replay = TopicReplay(config, config.message_topic, progress)
-    try:
-        for record in replay.records():
-            queue = (record.key() or b"").decode("utf-8", "replace")
-            if queues is not None and queue not in queues:
-                continue
-            partition, offset = record.partition() or 0, record.offset() or 0
-            if offset < committed.of(queue).get(partition, 0):
-                continue
-            waiting = out.setdefault(queue, Waiting())
-            waiting.count += 1
-            ts = _kafka.record_timestamp_ms(record)
-            waiting.oldest_ms = min(waiting.oldest_ms or ts, ts)
-            if keep_first_ids:
-                waiting.first_ids.add(_kafka.first_id(record))
-    finally:
-        replay.close()
+def committed_offsets(config: Config) -> dict[str, dict[int, int]]:
+    """Queue → partition → committed offset on the messages topic, for every queue's consumer group."""
+    admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
+    timeout_s = config.connect_timeout_ms / 1000
+    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+    prefix = config.consumer_group("")  # a queue's group is the prefix and the queue (``consumer_group_prefix``)
+    groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+    futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
+        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
+    out: dict[str, dict[int, int]] = {}
+    for group, future in zip(groups, futures, strict=True):
+        result = future[group].result(timeout_s)
+        offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
+                   if tp.topic == config.message_topic and tp.offset >= 0}
+        if offsets:
+            out[group[len(prefix):]] = offsets
     return out
 
 
-def waiting_first_ids(config: Config, queue: str) -> set[MessageId]:
-    """First-delivery ids of the queue's records past its group's committed offsets: read by no consumer yet
-    (redelivered copies included, through their first-id header)."""
-    found = waiting_messages(config, {queue}, keep_first_ids=True).get(queue)
-    return found.first_ids if found else set()
+def purge_times(config: Config) -> dict[str, int]:
+    """Queue → its purge time (messages enqueued before it are purged), from the control topic."""
+    state = ControlState()
+    try:
+        with TopicReplay(config, control_topic(config.message_topic)) as replay:
+            for record in replay.records():
+                state.apply(record.key() or b"", record.value())
+    except TopicError:
+        return {}  # a deployment without a control topic: nothing was ever purged
+    return state.purged_before
+
+
+def fold_markers(fold: DeliveryFold, records: Iterable[KafkaMessage]) -> None:
+    for record in records:
+        fold.add_record(record.value(), _kafka.record_timestamp_ms(record), record.offset() or 0)
+
+
+def to_record(record: KafkaMessage) -> Record:
+    return lifecycle.to_record(_kafka.message_id(record), record.key(), _kafka.record_timestamp_ms(record),
+                               _kafka.header_dict(record), record.value())
+
+
+def to_dead_letter(record: KafkaMessage) -> DeadLetter:
+    return lifecycle.to_dead_letter(record.key(), _kafka.header_dict(record))
+
+
+class Scanner:
+    """The topics read into message lifecycles; ``read()`` catches up with what was written since the last call and
+    classifies every message again (``kmq stats``, the demo)."""
+
+    def __init__(self, config: Config, progress: Progress | None = None) -> None:
+        self._config = config
+        self.fold = DeliveryFold()
+        self.records: list[Record] = []
+        self.dead_letters: list[DeadLetter] = []
+        self._replays = [TopicReplay(config, topic, progress)
+                         for topic in (config.marker_topic, config.message_topic, config.dlq_topic)]
+
+    def read(self, now_ms: int | None = None, keep_ids: bool = False) -> dict[str, QueueSummary]:
+        config = self._config
+        committed = committed_offsets(config)
+        purges = purge_times(config)
+        markers, messages, dead = self._replays
+        fold_markers(self.fold, markers.records())
+        self.records.extend(map(to_record, messages.records()))
+        self.dead_letters.extend(map(to_dead_letter, dead.records()))
+        context = Context(wire.now_ms() if now_ms is None else now_ms, committed, purges,
+                          frozenset(config.at_most_once_queues))
+        return summarise(classify(self.fold.deliveries, self.records, self.dead_letters, context).values(), keep_ids)
+
+    def close(self) -> None:
+        for replay in self._replays:
+            replay.close()
+
+    def __enter__(self) -> Scanner:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
+    """One queue's row of ``kmq stats``: messages per state, then counters (kmq.wire.vocabulary defines each)."""
+
     queue: str
-    #: On the messages topic past the group's committed offset: not yet Started by any consumer.
     waiting: int
     oldest_waiting_age_s: float
     in_flight: int
     oldest_in_flight_age_s: float
-    deliveries: int
+    delayed: int
+    overdue: int
     acked: int
-    redelivered: int
+    dead_lettered: int
+    rejected: int
+    expired: int
+    purged: int
+    consumed: int
+    ended_by_go: int
+    vanished: int
+    produced: int
+    delivered: int
     released: int
     returned: int
-    dead_lettered: int
-    #: Read before their due time (``send(delay=…)``) and waiting for it.
-    delayed: int
-    #: Read after their expiry time (``ttl``): never handed out.
-    expired: int
-    #: Settled by ``kmq purge`` without a handler.
-    purged: int
-    #: Bare Ends a kafka-mq-go component wrote that match no copy: a Go consumer's ack or an unread Go redelivery.
-    go_ends: int
+    redelivered: int
+    recovered: int
+    go_redelivered: int
 
 
-def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None) -> list[QueueStats]:
-    """One row per queue seen on either topic (or per queue named)."""
-    scanner = MarkerScanner(config, progress)
-    try:
-        summaries = scanner.read_to_end().summary()
-    finally:
-        scanner.close()
-    waiting = waiting_messages(config, set(queues) if queues else None, progress)
-    now_ms = wire.now_ms()
+def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None,
+            now_ms: int | None = None) -> list[QueueStats]:
+    """One row per queue seen on any topic (or per queue named)."""
+    with Scanner(config, progress) as scanner:
+        now_ms = wire.now_ms() if now_ms is None else now_ms
+        summaries = scanner.read(now_ms)
+    return [row(name, summaries.get(name) or QueueSummary(), now_ms) for name in sorted(queues or summaries)]
 
+
+def row(queue: str, summary: QueueSummary, now_ms: int) -> QueueStats:
     def age(oldest_ms: int) -> float:
         return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0
 
-    out = []
-    for name in sorted(queues or (summaries.keys() | waiting.keys())):
-        s = summaries.get(name)
-        w = waiting.get(name, Waiting())
-        if s is None:
-            out.append(QueueStats(name, w.count, age(w.oldest_ms), 0, 0.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
-            continue
-        out.append(QueueStats(name, w.count, age(w.oldest_ms), s.in_flight,
-                              age(s.oldest_in_flight_ms) if s.in_flight else 0.0, s.deliveries, s.acked,
-                              s.redelivered, s.released, s.returned, s.dead_lettered, s.delayed, s.expired,
-                              s.purged, s.go_ends))
-    return out
+    s, c = summary.states, summary.counters
+    return QueueStats(queue, s[v.WAITING], age(summary.oldest_waiting_ms), s[v.IN_FLIGHT],
+                      age(summary.oldest_in_flight_ms), s[v.DELAYED], s[v.OVERDUE], s[v.ACKED], s[v.DEAD_LETTERED],
+                      c[v.REJECTED], s[v.EXPIRED], s[v.PURGED], s[v.CONSUMED], s[v.ENDED_BY_GO], s[v.VANISHED],
+                      c[v.PRODUCED], c[v.DELIVERED], c[v.RELEASED], c[v.RETURNED], c[v.REDELIVERED], c[v.RECOVERED],
+                      c[v.GO_REDELIVERED])

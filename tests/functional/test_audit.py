@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer as RawProducer
+from pyspark.sql import SparkSession
 
 from kmq import Service, wire
 from kmq.ops.audit.job import AuditOptions, run
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_the_audit_accounts_for_every_message_of_a_scripted_scenario(
-    kmq_config: ConfigFactory, tmp_path: Path
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
 ) -> None:
     config = kmq_config(redelivery_timeout_ms=2000, max_deliveries=3, consumer_kafka=FAST_GROUP)
     service = Service(config)
@@ -72,18 +73,18 @@ def test_the_audit_accounts_for_every_message_of_a_scripted_scenario(
             assert wait_for(lambda: tracker.metrics.dead_letters.labels("beta")._value.get() == 2, timeout_s=30)
             cb.flush()
             time.sleep(1.5)  # a keep-alive for "held" after the last Start: it is in flight, not overdue
-            result = run(config, AuditOptions(master="local[2]", out_dir=tmp_path))
+            result = run(config, AuditOptions(out_dir=tmp_path), spark)
             held.ack()
     a, b = result["queues"]["alpha"], result["queues"]["beta"]
     assert {k: a[k] for k in ("produced", "delivered", "acked", "released", "rejected", "redelivered",
                               "dead_lettered", "in_flight", "lost", "acked_more_than_once",
                               "delivered_more_than_once")} == {
-        "produced": 10, "delivered": 10, "acked": 8, "released": 2, "rejected": 2, "redelivered": 2,
-        "dead_lettered": 0, "in_flight": 0, "lost": 0, "acked_more_than_once": 0, "delivered_more_than_once": 2}
-    assert {k: b[k] for k in ("produced", "acked", "redelivered", "released", "dead_lettered", "in_flight",
-                              "lost", "delivered_more_than_once")} == {
-        "produced": 8, "acked": 5, "redelivered": 3 + 2 * 2, "released": 6, "dead_lettered": 2, "in_flight": 1,
-        "lost": 0, "delivered_more_than_once": 3 + 2}
+        "produced": 10, "delivered": 12, "acked": 8, "released": 2, "rejected": 2, "redelivered": 2,
+        "dead_lettered": 2, "in_flight": 0, "lost": 0, "acked_more_than_once": 0, "delivered_more_than_once": 2}
+    assert {k: b[k] for k in ("produced", "acked", "redelivered", "recovered", "released", "dead_lettered",
+                              "rejected", "in_flight", "lost", "delivered_more_than_once")} == {
+        "produced": 8, "acked": 5, "redelivered": 3 + 2 * 2, "recovered": 3, "released": 6, "dead_lettered": 2,
+        "rejected": 0, "in_flight": 1, "lost": 0, "delivered_more_than_once": 3 + 2}
     assert a["delivery_count_histogram"] == {"1": 8, "2": 2}
     assert b["delivery_count_histogram"] == {"1": 3, "2": 3, "3": 2}
     assert result["malformed_markers"] == 0
@@ -93,7 +94,7 @@ def test_the_audit_accounts_for_every_message_of_a_scripted_scenario(
 
 
 def test_the_audit_reports_a_start_without_end_past_its_deadline_as_lost_and_counts_garbage(
-    kmq_config: ConfigFactory, tmp_path: Path
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
 ) -> None:
     config = kmq_config(partitions=1, marker_partitions=1)
     with Service(config).queue("q").producer() as producer:
@@ -108,14 +109,14 @@ def test_the_audit_reports_a_start_without_end_past_its_deadline_as_lost_and_cou
     assert raw.flush(10) == 0
     time.sleep(1.0)
     now_ms = int(time.time() * 1000)
-    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms))
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms), spark)
     q = result["queues"]["q"]
     assert (q["produced"], q["acked"], q["overdue"], q["lost"]) == (2, 1, 1, 1)
     assert result["malformed_markers"] == 1
 
 
 def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_headers_do_not_break_the_audit(
-    kmq_config: ConfigFactory, tmp_path: Path
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
 ) -> None:
     # The documented race, as the markers record it: the tracker redelivers M (End REDELIVERED, copy C), the
     # copy is acked, then the worker that still held M acks it too. And M carries a user header.
@@ -135,7 +136,7 @@ def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_heade
                    Marker(MarkerType.END, original, instance_id="host:2")):
         raw.produce(config.marker_topic, encode(marker), b"q")
     assert raw.flush(10) == 0
-    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)), spark)
     q = result["queues"]["q"]
     assert {k: q[k] for k in ("produced", "acked", "redelivered", "acked_more_than_once",
                               "delivered_more_than_once", "duplicate_acks", "lost")} == {
@@ -145,7 +146,7 @@ def test_a_late_ack_racing_the_trackers_copy_counts_as_processed_twice_and_heade
 
 
 def test_stats_and_the_audit_classify_what_kafka_mq_go_components_wrote_and_never_count_it_as_acks(
-    kmq_config: ConfigFactory, tmp_path: Path
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
 ) -> None:
     # Exactly what Go components write: a Go tracker copies M and R (key and value only) and writes bare Ends for
     # them (R was released first); a Go consumer acks N with a bare End. kmq consumers then ack the two copies.
@@ -173,17 +174,17 @@ def test_stats_and_the_audit_classify_what_kafka_mq_go_components_wrote_and_neve
         raw.produce(config.marker_topic, encode(marker), b"go")
     assert raw.flush(10) == 0
     [stats] = collect(config, ["go"])
-    assert (stats.acked, stats.redelivered, stats.released, stats.go_ends, stats.in_flight) == (2, 2, 1, 1, 0)
-    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    assert (stats.acked, stats.redelivered, stats.released, stats.ended_by_go, stats.in_flight) == (2, 2, 1, 1, 0)
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)), spark)
     q = result["queues"]["go"]
-    assert {k: q[k] for k in ("produced", "acked", "redelivered", "go_redelivered", "go_ends", "ended_by_go",
+    assert {k: q[k] for k in ("produced", "acked", "redelivered", "go_redelivered", "ended_by_go",
                               "released", "lost", "acked_more_than_once")} == {
-        "produced": 3, "acked": 2, "redelivered": 2, "go_redelivered": 2, "go_ends": 1, "ended_by_go": 1,
+        "produced": 3, "acked": 2, "redelivered": 2, "go_redelivered": 2, "ended_by_go": 1,
         "released": 1, "lost": 0, "acked_more_than_once": 0}
 
 
 def test_the_audit_counts_delayed_expired_and_purged_messages_apart_never_as_lost(
-    kmq_config: ConfigFactory, tmp_path: Path
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
 ) -> None:
     config = kmq_config(queue_ttl_ms={"ops": 1})
     queue = Service(config).queue("ops")
@@ -198,7 +199,134 @@ def test_the_audit_counts_delayed_expired_and_purged_messages_apart_never_as_los
         queue.purge()
         assert wait_for(lambda: got[b"purged"].settled, timeout_s=10)
         assert consumer.flush(10) == 0
-    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)))
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=int(time.time() * 1000)), spark)
     q = result["queues"]["ops"]
-    assert {k: q[k] for k in ("produced", "acked", "expired", "purged", "delayed", "lost", "in_flight")} == {
-        "produced": 4, "acked": 1, "expired": 1, "purged": 1, "delayed": 1, "lost": 0, "in_flight": 0}
+    # Neither the expired nor the purged one counts as a delivery (a consumer purged it, before its handler ran).
+    assert {k: q[k] for k in ("produced", "acked", "expired", "purged", "delayed", "lost", "in_flight",
+                              "delivered")} == {
+        "produced": 4, "acked": 1, "expired": 1, "purged": 1, "delayed": 1, "lost": 0, "in_flight": 0,
+        "delivered": 1}
+
+
+def test_after_a_worker_is_killed_mid_run_the_audits_lost_and_duplicate_figures_agree_with_the_handlers_log(
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from kmq.ops.stats import collect
+    from tests.audit_oracle import compare_with_handler_log
+    from tests.helpers import ROOT, env_for
+
+    config = kmq_config(redelivery_timeout_ms=3000, consumer_kafka=FAST_GROUP, receive_buffer_capacity=2)
+    with Service(config).queue("chaos").producer() as producer:
+        sent = {producer.send(b"job-%d" % i) for i in range(30)}
+    runs = tmp_path / "runs.jsonl"
+
+    def worker(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "kmq.cli", "worker", "tests.handlers:note_slowly", "--queue",
+                                 "chaos", *extra], cwd=ROOT, env={**env_for(config), "KMQTEST_RECORD": str(runs)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+
+    def noted() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    with tracker_thread(config):
+        first = worker("--concurrency", "2")
+        try:
+            assert wait_for(lambda: noted() >= 6, timeout_s=60)
+        finally:
+            first.kill()  # SIGKILL mid-run: its running jobs (and any it held) come back through the tracker
+            first.wait(30)
+        second = worker("--concurrency", "4")
+        try:
+            assert wait_for(lambda: collect(config, ["chaos"])[0].acked == 30, timeout_s=90)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(60)
+    run(config, AuditOptions(out_dir=tmp_path / "audit"), spark)
+    check = compare_with_handler_log(tmp_path / "audit", runs, "chaos", sent)
+    assert check.agrees(exact=False), check.explain()
+    assert (check.audit_lost, check.log_lost) == (0, 0)
+    assert check.log_more_than_once >= 1, "the kill interrupted no run: nothing was tested"
+    # Every duplicate the handlers saw, the audit reports; beyond them only deliveries a killed worker held unstarted.
+    assert check.log_more_than_once <= check.audit_more_than_once <= check.log_more_than_once + \
+        check.unstarted_recovered, check.explain()
+
+
+def test_stats_and_the_audit_give_the_same_figures_for_one_scenario_in_the_one_vocabulary(
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Retries, a refusal and a dead letter after max deliveries, a give-back, a delay, an expiry, a purge of
+    messages still on the topic, an at-most-once queue and a message held in flight: every state and counter of
+    kmq.wire.vocabulary, the same in `kmq stats` and in the audit (issue #20)."""
+    import dataclasses
+
+    from kmq.ops.stats import collect
+    from kmq.wire import vocabulary as v
+
+    config = kmq_config(redelivery_timeout_ms=2000, max_deliveries=2, consumer_kafka=FAST_GROUP,
+                        queue_ttl_ms={"ttl": 1}, at_most_once_queues=("amo",))
+    service = Service(config)
+    jobs = service.queue("jobs")
+    with jobs.producer() as p:
+        for name in ("ack", "retry", "refuse", "give", "poison", "held"):
+            p.send(name.encode())
+    with service.queue("later").producer() as p:
+        p.send(b"later", delay=600)
+    with service.queue("ttl").producer() as p:
+        p.send(b"stale")
+    with service.queue("gone").producer() as p:
+        for i in range(3):
+            p.send(b"gone-%d" % i)
+    service.queue("gone").purge()  # no consumer ever reads them: purged on the topic, not waiting
+    with service.queue("amo").producer() as p:
+        for i in range(3):
+            p.send(b"amo-%d" % i)
+    with service.queue("amo").consumer() as c:
+        for m in receive_n(c, 3):
+            m.ack()
+    with tracker_thread(config), jobs.consumer() as c, service.queue("later").consumer() as later, \
+            service.queue("ttl").consumer() as ttl:
+        got = {m.payload: m for m in receive_n(c, 6)}
+        got[b"ack"].ack()
+        got[b"retry"].release()
+        got[b"refuse"].reject("bad input")
+        got[b"give"].give_back()
+        got[b"poison"].release()
+        held = got[b"held"]
+        settled = 0
+        deadline = time.monotonic() + 60
+        while settled < 3 and time.monotonic() < deadline:  # retry, give (acked) and poison's second delivery
+            m = c.receive(0.5)
+            if m is None:
+                continue
+            if m.payload == b"poison":
+                m.release()  # its second delivery: the tracker dead-letters it (max_deliveries 2)
+            else:
+                m.ack()
+            settled += 1
+        assert settled == 3
+        assert wait_for(lambda: collect(config, ["jobs"])[0].dead_lettered == 2, timeout_s=30)
+        assert receive_n(later, 1, timeout_s=2) == [] and receive_n(ttl, 1, timeout_s=2) == []
+        assert wait_for(lambda: [r.delayed for r in collect(config, ["later"])] == [1], timeout_s=30)
+        assert wait_for(lambda: [r.expired for r in collect(config, ["ttl"])] == [1], timeout_s=30)
+        for consumer in (c, later, ttl):
+            assert consumer.flush(10) == 0
+        now_ms = int(time.time() * 1000)
+        stats = {row.queue: dataclasses.asdict(row) for row in collect(config, now_ms=now_ms)}
+        audit = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms), spark)["queues"]
+        held.ack()
+    for queue in ("jobs", "later", "ttl", "gone", "amo"):
+        shared = [f for f in (*v.STATES, *v.COUNTERS) if f in stats[queue]]
+        assert {f: stats[queue][f] for f in shared} == {f: audit[queue][f] for f in shared}, queue
+    j = stats["jobs"]
+    assert {k: j[k] for k in ("acked", "dead_lettered", "rejected", "in_flight", "delivered", "released",
+                              "returned", "redelivered", "waiting")} == {
+        "acked": 3, "dead_lettered": 2, "rejected": 1, "in_flight": 1, "delivered": 8, "released": 3,
+        "returned": 1, "redelivered": 2, "waiting": 0}
+    assert (stats["later"]["delayed"], stats["later"]["delivered"], stats["later"]["redelivered"]) == (1, 0, 0)
+    assert (stats["ttl"]["expired"], stats["ttl"]["delivered"], stats["ttl"]["dead_lettered"]) == (1, 0, 0)
+    assert (stats["gone"]["purged"], stats["gone"]["waiting"], stats["gone"]["delivered"]) == (3, 0, 0)
+    assert (stats["amo"]["consumed"], stats["amo"]["waiting"]) == (3, 0)

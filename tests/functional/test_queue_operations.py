@@ -60,7 +60,7 @@ def test_a_delayed_message_waits_through_a_tracker_restart_and_stats_show_it_as_
         with tracker_thread(config):
             assert wait_for(lambda: collect(config, ["patient"])[0].delayed == 1, timeout_s=20)
             [row] = collect(config, ["patient"])
-            assert (row.in_flight, row.deliveries, row.waiting) == (0, 0, 0)
+            assert (row.in_flight, row.delivered, row.waiting) == (0, 0, 0)
         with tracker_thread(config):  # a new tracker rebuilds the hop from the markers
             [msg] = receive_n(consumer, 1, timeout_s=30)
             assert time.time() - sent >= 6.0
@@ -68,7 +68,7 @@ def test_a_delayed_message_waits_through_a_tracker_restart_and_stats_show_it_as_
             msg.ack()
             assert consumer.flush(10) == 0
     [row] = collect(config, ["patient"])
-    assert (row.acked, row.delayed, row.in_flight, row.deliveries, row.redelivered) == (1, 0, 0, 1, 0)
+    assert (row.acked, row.delayed, row.in_flight, row.delivered, row.redelivered) == (1, 0, 0, 1, 0)
 
 
 def test_an_at_most_once_queue_writes_no_markers_never_redelivers_and_hands_unreceived_messages_on(
@@ -110,7 +110,7 @@ def test_expired_messages_reach_no_handler_and_are_dead_lettered_or_dropped_and_
         got[0].ack()
         assert consumer.flush(10) == 0
     [row] = collect(config, ["short"])
-    assert (row.expired, row.acked, row.deliveries, row.dead_lettered, row.in_flight) == (1, 1, 1, 0, 0)
+    assert (row.expired, row.acked, row.delivered, row.dead_lettered, row.in_flight) == (1, 1, 1, 0, 0)
     letters = list_dead_letters(config, "short")
     assert [(d.payload, d.reason) for d in letters] == ([(b"stale", "expired")] if action == "dead-letter" else [])
 

@@ -407,10 +407,10 @@ def _warn_if_no_tracker(config: Config) -> None:
 
 
 #: `kmq stats` columns: messages per state (kmq.wire.vocabulary), then counters; the rare states only when seen.
-STATS_COLUMNS = ["queue", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "delayed",
+STATS_COLUMNS = ["queue", "paused", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "delayed",
                  "overdue", "acked", "dead_lettered", "rejected", "expired", "purged", "consumed", "ended_by_go",
                  "vanished", "delivered", "released", "returned", "redelivered"]
-STATS_IF_ANY = {"consumed", "ended_by_go", "vanished"}
+STATS_IF_ANY = {"paused", "consumed", "ended_by_go", "vanished"}
 
 
 _last_progress = [0.0]

@@ -19,6 +19,8 @@ PROBE_CACHE_S = 5.0
 PROBE_TIMEOUT_S = 2.0
 #: Records unacknowledged this long with none acknowledged meanwhile: writes are failing (Starts normally take ms).
 STALLED_S = 3.0
+#: How often a worker's /healthz asks whether a redelivery tracker runs.
+TRACKER_CHECK_S = 30.0
 #: A health answer that starts with this is served as 200: working, with something to say (under-replicated).
 DEGRADED = "degraded: "
 
@@ -77,6 +79,30 @@ class BrokerProbe:
             return (f"{DEGRADED}topic {self._topic!r}: {len(short)} of {len(partitions)} partitions under-replicated "
                     "(a broker is down or catching up)")
         return None
+
+
+class TrackerPresence:
+    """Degraded while no redelivery tracker is in its group: nothing released comes back, nor what a crashed worker
+    held. ``members()`` (the tracker group's member count, None when the broker cannot say) is asked at most every
+    TRACKER_CHECK_S: describing a group is a round trip to its coordinator."""
+
+    def __init__(self, members: Callable[[], int | None], group: str,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._members = members
+        self._group = group
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._checked_at = -TRACKER_CHECK_S
+        self._problem: str | None = None
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            if self._monotonic() - self._checked_at >= TRACKER_CHECK_S:
+                self._problem = (f"{DEGRADED}no redelivery tracker in group {self._group!r} (released messages and "
+                                 "those of crashed workers do not come back until one runs)"
+                                 if self._members() == 0 else None)
+                self._checked_at = self._monotonic()
+            return self._problem
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> ThreadingHTTPServer:

@@ -80,7 +80,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The audit's tests share one Spark session: under pytest-xdist they run in one worker.
     for item in items:
-        if item.path.name == "test_audit.py":
+        if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 

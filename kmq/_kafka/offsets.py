@@ -92,11 +92,13 @@ def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in result.topic_partitions or [] if tp.topic == topic and tp.offset >= 0}
 
 
-def group_members(config: Config, group: str) -> int | None:
-    """How many members ``group`` has now; None when the broker cannot say within the connect timeout."""
+def group_members(config: Config, group: str, timeout_s: float | None = None) -> int | None:
+    """How many members ``group`` has now; None when the broker cannot say within ``timeout_s`` (default: the
+    connect timeout)."""
     admin = AdminClient(base_settings(config, "kmq-admin"))
+    timeout_s = config.connect_timeout_ms / 1000 if timeout_s is None else timeout_s
     try:
-        described = admin.describe_consumer_groups([group])[group].result(timeout=config.connect_timeout_ms / 1000)
+        described = admin.describe_consumer_groups([group])[group].result(timeout=timeout_s)
     except (KafkaException, TimeoutError):
         return None
     return len(described.members or [])

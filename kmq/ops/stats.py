@@ -49,16 +49,21 @@ def committed_offsets(config: Config) -> dict[str, dict[int, int]]:
     return out
 
 
-def purge_times(config: Config) -> dict[str, int]:
-    """Queue → its purge time (messages enqueued before it are purged), from the control topic."""
+def control_state(config: Config) -> ControlState:
+    """The queues' pauses and purge times, from the control topic (empty without one)."""
     state = ControlState()
     try:
         with TopicReplay(config, control_topic(config.message_topic)) as replay:
             for record in replay.records():
                 state.apply(record.key() or b"", record.value())
     except TopicError:
-        return {}  # a deployment without a control topic: nothing was ever purged
-    return state.purged_before
+        pass  # a deployment without a control topic: nothing was ever paused or purged
+    return state
+
+
+def purge_times(config: Config) -> dict[str, int]:
+    """Queue → its purge time (messages enqueued before it are purged), from the control topic."""
+    return control_state(config).purged_before
 
 
 def fold_markers(fold: DeliveryFold, records: Iterable[KafkaMessage]) -> None:
@@ -86,11 +91,14 @@ class Scanner:
         self.dead_letters: list[DeadLetter] = []
         self._replays = [TopicReplay(config, topic, progress)
                          for topic in (config.marker_topic, config.message_topic, config.dlq_topic)]
+        #: The control topic as last read (pauses and purges).
+        self.control = ControlState()
 
     def read(self, now_ms: int | None = None, keep_ids: bool = False) -> dict[str, QueueSummary]:
         config = self._config
         committed = committed_offsets(config)
-        purges = purge_times(config)
+        self.control = control_state(config)
+        purges = self.control.purged_before
         markers, messages, dead = self._replays
         fold_markers(self.fold, markers.records())
         self.records.extend(map(to_record, messages.records()))
@@ -115,6 +123,8 @@ class QueueStats:
     """One queue's row of ``kmq stats``: messages per state, then counters (kmq.wire.vocabulary defines each)."""
 
     queue: str
+    #: "yes" (until resumed), "until <ISO time>", or "" when the queue takes messages (kmq pause/resume).
+    paused: str
     waiting: int
     oldest_waiting_age_s: float
     in_flight: int
@@ -144,15 +154,25 @@ def collect(config: Config, queues: list[str] | None = None, progress: Progress 
     with Scanner(config, progress) as scanner:
         now_ms = wire.now_ms() if now_ms is None else now_ms
         summaries = scanner.read(now_ms)
-    return [row(name, summaries.get(name) or QueueSummary(), now_ms) for name in sorted(queues or summaries)]
+        control = scanner.control
+    names = queues or sorted({*summaries, *(q for q in control.paused_until if control.paused(q, now_ms))})
+    return [row(name, summaries.get(name) or QueueSummary(), now_ms, _paused(control, name, now_ms))
+            for name in sorted(names)]
 
 
-def row(queue: str, summary: QueueSummary, now_ms: int) -> QueueStats:
+def _paused(control: ControlState, queue: str, now_ms: int) -> str:
+    if not control.paused(queue, now_ms):
+        return ""
+    until = control.paused_until.get(queue)
+    return "yes" if until is None else f"until {wire.datetime_from_ms(until).isoformat(timespec='seconds')}"
+
+
+def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> QueueStats:
     def age(oldest_ms: int) -> float:
         return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0
 
     s, c = summary.states, summary.counters
-    return QueueStats(queue, s[v.WAITING], age(summary.oldest_waiting_ms), s[v.IN_FLIGHT],
+    return QueueStats(queue, paused, s[v.WAITING], age(summary.oldest_waiting_ms), s[v.IN_FLIGHT],
                       age(summary.oldest_in_flight_ms), s[v.DELAYED], s[v.OVERDUE], s[v.ACKED], s[v.DEAD_LETTERED],
                       c[v.REJECTED], s[v.EXPIRED], s[v.PURGED], s[v.CONSUMED], s[v.ENDED_BY_GO], s[v.VANISHED],
                       c[v.PRODUCED], c[v.DELIVERED], c[v.RELEASED], c[v.RETURNED], c[v.REDELIVERED], c[v.RECOVERED],

@@ -23,12 +23,13 @@ from typing import Any
 import structlog
 
 from kmq import otel
+from kmq._kafka.offsets import group_members
 from kmq._kafka.topics import check_topics
 from kmq.client.consumer import Consumer
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
-from kmq.metrics_http import BrokerProbe, serve
+from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, TrackerPresence, serve
 from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
 from kmq.worker.async_runner import AsyncServe, call_async, is_coroutine_handler
 from kmq.worker.dispatch import Dispatcher
@@ -236,6 +237,9 @@ class Worker:
 
     def _serve_metrics(self) -> ThreadingHTTPServer:
         probes: list[BrokerProbe] = []
+        config = self.config
+        tracker = TrackerPresence(lambda: group_members(config, config.tracker_group, PROBE_TIMEOUT_S),
+                                  config.tracker_group)
 
         def health() -> str | None:
             if self._stop.is_set():
@@ -247,7 +251,9 @@ class Worker:
                 probes.append(BrokerProbe(consumers[0].metadata_client, self.config.marker_topic,
                                           stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
             failed = next((c.failure for c in self._consumers if c.failure), None)
-            return failed or probes[0]()
+            # At-most-once queues need no tracker (nothing of theirs is ever redelivered).
+            needs_tracker = any(q not in config.at_most_once_queues for q in self.queues)
+            return failed or probes[0]() or (tracker() if needs_tracker else None)
 
         return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
 

@@ -81,7 +81,7 @@ def test_a_handler_that_fails_twice_is_acked_on_delivery_3(kmq_config: ConfigFac
         assert wait_for(lambda: stats(config, "flaky")["acked"] == 1, timeout_s=40)
         counts = stop(worker)
     assert counts == {"released": 2, "acked": 1}
-    assert stats(config, "flaky")["deliveries"] == 3
+    assert stats(config, "flaky")["delivered"] == 3
 
 
 def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_brings_it_back(
@@ -228,7 +228,7 @@ def test_stats_shows_a_queue_nobody_consumes_and_counts_only_its_own_waiting_rec
     assert wait_for(lambda: stats(config, "busy")["acked"] == 30, timeout_s=40)
     stop(worker)
     rows = {r["queue"]: r for r in json.loads(kmq(config, "stats", "--json").stdout)}
-    assert (rows["idle"]["waiting"], rows["idle"]["in_flight"], rows["idle"]["deliveries"]) == (50, 0, 0)
+    assert (rows["idle"]["waiting"], rows["idle"]["in_flight"], rows["idle"]["delivered"]) == (50, 0, 0)
     assert rows["idle"]["oldest_waiting_age_s"] >= 0
     assert (rows["busy"]["waiting"], rows["busy"]["acked"]) == (0, 30)
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from kmq import KmqError, Service
+from kmq import KmqError, Service, wire
 from kmq.ops.dlq import list_dead_letters
 from kmq.ops.stats import collect
 from tests.helpers import ConfigFactory, receive_expecting, receive_n, tracker_thread, write_transaction
@@ -168,6 +168,7 @@ def test_a_paused_queue_hands_out_nothing_even_to_a_consumer_started_later_until
             for i in range(3):
                 producer.send(b"%d" % i)
         assert receive_n(running, 1, timeout_s=3) == []  # bounded: nothing may come while paused
+        assert [(r.paused, r.waiting) for r in collect(config, ["held"])] == [("yes", 3)], "stats shows the pause"
         running.close()
         with queue.consumer() as later:
             assert receive_n(later, 1, timeout_s=3) == []
@@ -185,6 +186,8 @@ def test_a_pause_with_an_end_time_lifts_by_itself(kmq_config: ConfigFactory) -> 
     queue = Service(config).queue("nap")
     until = datetime.now(UTC) + timedelta(seconds=3)
     queue.pause(until=until)
+    shown = wire.datetime_from_ms(wire.ms_from_datetime(until)).isoformat(timespec="seconds")
+    assert collect(config, ["nap"])[0].paused == f"until {shown}"
     with queue.producer() as producer:
         producer.send(b"x")
     with queue.consumer() as consumer:

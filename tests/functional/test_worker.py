@@ -241,6 +241,17 @@ def test_every_thread_runs_a_message_at_once_and_the_worker_holds_only_what_runs
     assert {r["delivery_count"] for r in workers.runs()} == {1}
 
 
+def test_a_worker_without_a_tracker_says_so_in_its_health(kmq_config: ConfigFactory, workers: Workers) -> None:
+    config = kmq_config()
+    port = free_port()
+    worker = workers.start(config, "tests.handlers:block_until_released", "lonely", "--metrics-port", str(port))
+    assert wait_for(lambda: "no redelivery tracker" in health(port), timeout_s=60), health(port)
+    assert health(port).startswith("ok (degraded: no redelivery tracker in group"), "served as 200: it works"
+    code, _, err, _ = terminate(worker)
+    assert code == 0, err
+    assert "no_redelivery_tracker" in err
+
+
 def test_one_worker_serves_two_queues_with_every_thread(kmq_config: ConfigFactory, workers: Workers) -> None:
     # Two jobs on each queue and 4 threads: all 4 run at once (a thread blocked on queue A's second job while
     # queue B's jobs wait would show as 3 or fewer).

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 
-from kmq.metrics_http import BrokerProbe, serve
+from kmq.metrics_http import BrokerProbe, TrackerPresence, serve
 from tests.helpers import free_port
 
 
@@ -86,3 +86,24 @@ def test_degraded_is_served_as_200_with_what_is_short() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_without_a_tracker_health_is_degraded_and_the_group_is_asked_at_most_every_30_s() -> None:
+    answers, now = [0], [0.0]
+    asked: list[float] = []
+
+    def members() -> int | None:
+        asked.append(now[0])
+        return answers[0]
+
+    presence = TrackerPresence(members, "kmq-trackers", lambda: now[0])
+    assert presence() == ("degraded: no redelivery tracker in group 'kmq-trackers' (released messages and those of "
+                          "crashed workers do not come back until one runs)")
+    answers[0] = 2
+    now[0] = 29.0
+    assert presence() is not None and asked == [0.0], "cached"
+    now[0] = 30.0
+    assert presence() is None
+    answers[0] = None  # type: ignore[list-item]  # the broker cannot say: not reported as missing
+    now[0] = 60.0
+    assert presence() is None and asked == [0.0, 30.0, 60.0]

@@ -195,6 +195,8 @@ def health(port: int) -> str:
             return response.read().decode().strip()
     except urllib.error.HTTPError as err:
         return err.read().decode().strip()
+    except urllib.error.URLError as err:  # not listening yet
+        return f"unreachable: {err.reason}"
 
 
 def held_by(config: Config, queue: str, message_id: str) -> tuple[str, str]:
@@ -249,7 +251,6 @@ def test_a_worker_without_a_tracker_says_so_in_its_health(kmq_config: ConfigFact
     assert health(port).startswith("ok (degraded: no redelivery tracker in group"), "served as 200: it works"
     code, _, err, _ = terminate(worker)
     assert code == 0, err
-    assert "no_redelivery_tracker" in err
 
 
 def test_one_worker_serves_two_queues_with_every_thread(kmq_config: ConfigFactory, workers: Workers) -> None:

@@ -25,7 +25,7 @@ kafka-fetch: $(STAMP)
 XDIST := -n 4 --dist loadgroup
 
 test: kafka-fetch
-	$(PY) -m pytest $(XDIST) tests/unit tests/functional
+	$(PY) -m pytest $(XDIST) --durations=15 tests/unit tests/functional
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
@@ -62,7 +62,7 @@ cluster-down: $(STAMP)
 
 # Failover tests on a three-node cluster (their own, or `make cluster-up`'s with KMQ_CLUSTER_BOOTSTRAP_SERVERS).
 test-cluster: kafka-fetch
-	$(PY) -m pytest tests/cluster -p no:cacheprovider
+	$(PY) -m pytest tests/cluster -p no:cacheprovider -s
 
 demo: kafka-fetch
 	$(PY) -m kmq.demo

@@ -12,6 +12,8 @@ from pyspark.sql import SparkSession
 
 from kmq import Service, wire
 from kmq.ops.audit.job import AuditOptions, run
+from kmq.ops.dlq import list_dead_letters
+from kmq.ops.inspect import inspect_message
 from kmq.wire import MessageId
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 from tests.helpers import FAST_GROUP, ConfigFactory, WorkerProcess, receive_n, tracker_thread
@@ -330,3 +332,11 @@ def test_stats_and_the_audit_give_the_same_figures_for_one_scenario_in_the_one_v
     assert (stats["ttl"]["expired"], stats["ttl"]["delivered"], stats["ttl"]["dead_lettered"]) == (1, 0, 0)
     assert (stats["gone"]["purged"], stats["gone"]["waiting"], stats["gone"]["delivered"]) == (3, 0, 0)
     assert (stats["amo"]["consumed"], stats["amo"]["waiting"]) == (3, 0)
+    # `kmq dlq list` and `kmq inspect` speak the same: the letters waiting are the dead_lettered messages, and each
+    # message's state is the one stats counted it in.
+    letters = list_dead_letters(config, "jobs", None)
+    assert len(letters) == stats["jobs"]["dead_lettered"] == 2
+    assert sorted(letter.payload for letter in letters) == [b"poison", b"refuse"]
+    states = {name: inspect_message(config, "jobs", got[name].message_id).state
+              for name in (b"ack", b"refuse", b"poison", b"held")}
+    assert states == {b"ack": v.ACKED, b"refuse": v.DEAD_LETTERED, b"poison": v.DEAD_LETTERED, b"held": v.ACKED}

@@ -12,7 +12,7 @@ from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MAX_REDELIVERY_TIMEOUT_MS
 from kmq.wire import HEADER_DELIVER_AT, MessageId
 from kmq.wire.marker_batch import START_OVERHEAD_BYTES, decode_batch
-from tests.unit.fakes import FakeProducer, FakeStart
+from tests.unit.fakes import FakeProducer, FakeRecord, FakeStart
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000
@@ -94,3 +94,19 @@ def test_a_retention_that_could_drop_a_record_while_a_start_names_it_is_a_proble
                                        Retention(8 * DAY, 7 * DAY)])
 def test_a_retention_that_keeps_records_as_long_as_their_starts_is_fine(retention: Retention) -> None:
     assert retention.problems() == []
+
+
+def test_every_start_of_a_record_learns_its_deadline_once_durable_by_copy_or_by_reference() -> None:
+    producer = FakeProducer()
+    writer = MarkerWriter(Config(bootstrap_servers="x:1"), b"q", producer)
+    durable: list[tuple[list[MessageId], int]] = []
+    writer.on_durable = lambda ids, appended_ms: durable.append((sorted(ids), appended_ms))
+    try:
+        writer.references = _policy(7 * DAY)
+        fresh = [FakeStart(MessageId(0, i), b"", enqueued_at_ms=NOW) for i in range(3)]
+        old = FakeStart(MessageId(1, 0), b"x", enqueued_at_ms=0)  # copied: too old to reference
+        writer.start([old, *fresh])
+        producer.deliver(report=FakeRecord("mk", 0, 0, timestamp_ms=NOW))
+        assert durable == [([MessageId(0, 0), MessageId(0, 1), MessageId(0, 2), MessageId(1, 0)], NOW)]
+    finally:
+        writer.close(0)

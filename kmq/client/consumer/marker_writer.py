@@ -118,7 +118,7 @@ class MarkerWriter:
     def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable]) -> Delivery[MessageId]:
         value = encode_starts(self._key, self._after_ms, chunk, refs=refs, client_id=self._client_id,
                               instance_id=self._instance_id)
-        ids = [m.message_id for m in chunk]
+        ids = [m.message_id for m in (*chunk, *refs)]  # every message this record Starts, by copy or reference
         sent_at = time.monotonic()
         return self._producer.produce_future(self._topic, value, self._key,
                                              on_record=lambda record: self._durable(ids, sent_at, record))

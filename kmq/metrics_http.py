@@ -34,6 +34,25 @@ class MetadataClient(Protocol):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
 
 
+class _Cached:
+    """``check()``'s answer, asked again at most every ``every_s`` (a scraper may poll /healthz every second)."""
+
+    def __init__(self, check: Callable[[], str | None], every_s: float, monotonic: Callable[[], float]) -> None:
+        self._check = check
+        self._every_s = every_s
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._checked_at = -every_s
+        self._answer: str | None = None
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            if self._monotonic() - self._checked_at >= self._every_s:
+                self._answer = self._check()
+                self._checked_at = self._monotonic()
+            return self._answer
+
+
 class BrokerProbe:
     """Healthy while the broker answers a metadata request naming ``topic``, the topic exists, each of its partitions
     has a leader, and (given ``stalled``, seconds the client's writes have waited unacknowledged) writes go through:
@@ -44,22 +63,15 @@ class BrokerProbe:
                  stalled: Callable[[], float] | None = None) -> None:
         self._client = client
         self._topic = topic
-        self._monotonic = monotonic
         self._stalled = stalled
-        self._lock = threading.Lock()
-        self._checked_at = -PROBE_CACHE_S
-        self._problem: str | None = None
+        self._cached = _Cached(self._check, PROBE_CACHE_S, monotonic)
 
     def __call__(self) -> str | None:
         stalled_s = self._stalled() if self._stalled is not None else 0.0
         if stalled_s >= STALLED_S:
             return (f"writes to Kafka unacknowledged for {stalled_s:.0f} s (a broker down and not yet fenced, or "
                     "partitions without a leader or without enough in-sync replicas)")
-        with self._lock:
-            if self._monotonic() - self._checked_at >= PROBE_CACHE_S:
-                self._problem = self._check()
-                self._checked_at = self._monotonic()
-            return self._problem
+        return self._cached()
 
     def _check(self) -> str | None:
         try:
@@ -90,19 +102,16 @@ class TrackerPresence:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._members = members
         self._group = group
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._checked_at = -TRACKER_CHECK_S
-        self._problem: str | None = None
+        self._cached = _Cached(self._check, TRACKER_CHECK_S, monotonic)
 
     def __call__(self) -> str | None:
-        with self._lock:
-            if self._monotonic() - self._checked_at >= TRACKER_CHECK_S:
-                self._problem = (f"{DEGRADED}no redelivery tracker in group {self._group!r} (released messages and "
-                                 "those of crashed workers do not come back until one runs)"
-                                 if self._members() == 0 else None)
-                self._checked_at = self._monotonic()
-            return self._problem
+        return self._cached()
+
+    def _check(self) -> str | None:
+        if self._members() != 0:  # None (the broker cannot say) is not "missing"
+            return None
+        return (f"{DEGRADED}no redelivery tracker in group {self._group!r} (released messages and those of crashed "
+                "workers do not come back until one runs)")
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> ThreadingHTTPServer:

@@ -119,15 +119,27 @@ def prepare(config: Config, partitions: int, marker_partitions: int) -> None:
         future.result(30)
 
 
+def _commit(admin: AdminClient, group: str, offsets: list[TopicPartition], timeout_s: float = 60.0) -> None:
+    """Sets ``group``'s committed offsets. The answer carries an error per partition instead of raising (on a fresh
+    broker: COORDINATOR_LOAD_IN_PROGRESS while __consumer_offsets loads), so each is checked and the request sent
+    again until none is left or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)])[group].result(30)
+        failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
+        if not failed:
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"cannot commit offsets of group {group}: {failed[0].error}")
+        time.sleep(0.5)  # the coordinator is loading: ask again shortly
+
+
 def finish(config: Config, outcome: Outcome, predicted: dict[int, int]) -> None:
     """Commits each queue's offsets, writes purge times, and checks the predicted offsets."""
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka})
     for queue, offsets in outcome.committed.items():
-        group = wire.consumer_group(queue)
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(config.message_topic, p, o)
-                                                       for p, o in sorted(offsets.items())])
-        for future in admin.alter_consumer_group_offsets([request]).values():
-            future.result(30)
+        _commit(admin, wire.consumer_group(queue), [TopicPartition(config.message_topic, p, o)
+                                                    for p, o in sorted(offsets.items())])
     for queue, before_ms in outcome.purged_before.items():
         control.write(config, PURGE + queue, {"before_ms": before_ms})
     meta = admin.list_topics(config.message_topic, timeout=30).topics[config.message_topic]

@@ -44,6 +44,20 @@ def test_broker_time_never_runs_behind_the_broker(records: list[tuple[float, int
     assert (clock.now_ms() or 0) >= int(mono.now * 1000) + 7_000_000
 
 
+@given(st.lists(st.tuples(st.floats(0, 5), st.integers(1, 10_000)), min_size=1, max_size=60))
+def test_the_bound_is_the_smallest_offset_of_the_window_and_the_newest_sample(steps: list[tuple[float, int]]) -> None:
+    clock = FakeMonotonic()
+    time_ = BrokerTime(clock)
+    sent, seen = 0.0, []
+    for gap, appended_ms in steps:  # records reported in the order they were sent
+        sent += gap * WINDOW_S / 5
+        time_.observe(sent, appended_ms)
+        seen.append((sent, appended_ms - sent * 1000))
+        window = [o for at, o in seen if at >= sent - WINDOW_S] or [seen[-1][1]]
+        clock.now = sent
+        assert time_.now_ms() == int(min(window) + sent * 1000) + 1
+
+
 def test_a_record_stalled_in_a_failover_does_not_loosen_a_prompt_ones_bound() -> None:
     mono = FakeMonotonic()
     clock = BrokerTime(mono)

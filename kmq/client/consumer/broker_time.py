@@ -34,12 +34,18 @@ class BrokerTime:
         """A record sent at monotonic time ``sent_at`` was appended at broker time ``appended_ms``."""
         if appended_ms <= 0:
             return
+        offset = appended_ms - sent_at * 1000
         with self._lock:
+            # A sliding-window minimum (amortised O(1) per record: kafka-mq-go format reports one per message):
+            # offsets increase from front to back, so a sample no smaller than a newer one can never be the
+            # minimum again and is dropped; the front is the minimum, and the newest sample is always kept.
             samples = self._samples
-            samples.append((sent_at, appended_ms - sent_at * 1000))
+            while samples and samples[-1][1] >= offset:
+                samples.pop()
+            samples.append((sent_at, offset))
             while len(samples) > 1 and samples[0][0] < sent_at - WINDOW_S:
                 samples.popleft()
-            self._offset_ms = min(offset for _at, offset in samples)
+            self._offset_ms = samples[0][1]
 
     def now_ms(self) -> int | None:
         """A time the broker's clock has not passed yet, or None before any record was reported."""

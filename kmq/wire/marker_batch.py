@@ -47,21 +47,14 @@ _END_KINDS = {EndReason.REJECTED: pb.Settle.REJECT, EndReason.REDELIVERED: pb.Se
               EndReason.DEAD_LETTERED: pb.Settle.DEAD_LETTERED}
 
 
-class Startable(Protocol):
-    """What a Start entry is made from (a Message has these)."""
+class Startable(Referable, Protocol):
+    """What a Start entry that copies its payload is made from: a Start by reference's fields, and the record's
+    payload and headers (a Message has these)."""
 
-    @property
-    def message_id(self) -> MessageId: ...
     @property
     def payload(self) -> bytes: ...
     @property
     def headers(self) -> Mapping[str, bytes]: ...
-    @property
-    def delivery_count(self) -> int: ...
-    @property
-    def first_message_id(self) -> MessageId: ...
-    @property
-    def enqueued_at_ms(self) -> int: ...
 
 
 def start_size(message: Startable) -> int:

@@ -343,3 +343,12 @@ class FakeClients:
 
     def produced(self, topic: str) -> list[Produced]:
         return [r for p in self.producers for r in p.to(topic)]
+
+
+def receive(consumer: Any, n: int, timeout_s: float = 5.0) -> list[Any]:
+    """Up to ``n`` messages from a Consumer on fake clients, within ``timeout_s``."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.receive_many(n - len(got), timeout=0.1)
+    return got

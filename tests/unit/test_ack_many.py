@@ -4,7 +4,6 @@ fake clients: every ack in one settle record, and a batch with a settled message
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,15 +14,7 @@ from kmq.config import Config
 from kmq.errors import ConsumerClosedError, MessageSettledError, UndeliveredMarkersError
 from kmq.wire.marker_batch import decode_batch
 from kmq.wire.markers import MarkerType
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
-
-
-def _receive(consumer: Consumer, n: int, timeout_s: float = 5.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
-        got += consumer.receive_many(n - len(got), timeout=0.1)
-    return got
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, receive
 
 
 @contextlib.contextmanager
@@ -34,7 +25,7 @@ def _consumer(at_most_once: tuple[str, ...] = ()) -> Iterator[tuple[Consumer, Fa
     consumer = Consumer(config, "q", clients=clients)
     clients.group.rebalance("assign", [0])
     clients.group.feed([Record("m", 0, i, value_=b"m%d" % i) for i in range(6)])
-    got = _receive(consumer, 6)
+    got = receive(consumer, 6)
     assert len(got) == 6
     try:
         yield consumer, clients, got

@@ -11,11 +11,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from kmq.client.consumer import Consumer
-from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import UndeliveredMarkersError
 from tests.markers_io import wait_for
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, receive
 
 Make = Callable[..., tuple[Consumer, FakeClients]]
 
@@ -24,14 +23,6 @@ def _config(**fields: object) -> Config:
     return Config(bootstrap_servers="fake:9092", message_topic="m", marker_topic="mk", connect_timeout_ms=2000,
                   next_message_timeout_ms=50, settle_linger_ms=1, **fields)  # type: ignore[arg-type]
 
-
-
-def _receive(consumer: Consumer, n: int, timeout_s: float = 5.0) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
-        got += consumer.receive_many(n - len(got), timeout=0.1)
-    return got
 
 
 @pytest.fixture
@@ -55,7 +46,7 @@ def test_a_cooperative_member_hands_out_its_partitions_messages_after_their_star
     group = clients.group
     group.rebalance("assign", [0, 1])
     group.feed([Record("m", 0, 0, value_=b"a"), Record("m", 1, 0, value_=b"b"), Record("m", 1, 1, b"other", b"x")])
-    got = _receive(consumer, 2)
+    got = receive(consumer, 2)
     assert sorted(m.payload for m in got) == [b"a", b"b"]
     assert consumer.assignment == {0, 1} and group.held == [0, 1]
     assert clients.produced("mk"), "the Starts are written before the hand-out"
@@ -86,7 +77,7 @@ def test_a_client_failing_inside_a_rebalance_callback_is_logged_and_the_consumer
         assert wait_for(lambda: any(e["event"] == "rebalance_callback_failed" for e in logs))
         group.rebalance("assign", [0])  # librdkafka assigns again after the failed round
         group.feed([Record("m", 0, 0, value_=b"after")])
-        got = _receive(consumer, 1)
+        got = receive(consumer, 1)
     assert [m.payload for m in got] == [b"after"]
     assert consumer.failure is None
     failed = next(e for e in logs if e["event"] == "rebalance_callback_failed")
@@ -98,7 +89,7 @@ def test_close_with_the_broker_gone_returns_within_its_timeout_and_says_what_was
     group = clients.group
     group.rebalance("assign", [0])
     group.feed([Record("m", 0, 0, value_=b"job")])
-    [message] = _receive(consumer, 1)
+    [message] = receive(consumer, 1)
     for producer in clients.producers:
         producer.broker_gone = True  # from now on nothing is acknowledged, and leaving the group hangs
     group.hang_on_close = True
@@ -128,7 +119,7 @@ def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make)
     assert wait_for(lambda: consumer.assignment == {0})
     drained = 0
     while drained < 20:
-        got = _receive(consumer, 1, timeout_s=5)
+        got = receive(consumer, 1, timeout_s=5)
         assert got, f"only {drained} of 20 records came"
         for message in got:
             message.ack()

@@ -83,6 +83,13 @@ CASES = [
          {v.DELIVERED: 2, v.REJECTED: 0}),
     Case("dead-lettered, redriven, refused again", _steps(Step(p.REJECT, redrive=True), Step(p.REJECT)),
          v.DEAD_LETTERED, {v.REJECTED: 1}),
+    # A redriven letter whose copy was Started is behind the message: what its copy did since decides.
+    Case("dead-lettered, redriven, its copy's copy lost: vanished", _steps(Step(p.REJECT, redrive=True),
+                                                                          Step(p.CRASH, p.LOST)),
+         v.VANISHED, {v.DELIVERED: 2, v.REDELIVERED: 1, v.RECOVERED: 1, v.REJECTED: 0}),
+    Case("dead-lettered by the tracker, redriven, ended by a Go consumer",
+         _steps(Step(p.RELEASE, p.DEAD, redrive=True), Step(p.RELEASE, p.GO_COPY), Step(p.GO_ACK), queue=GO),
+         v.ENDED_BY_GO, {v.DELIVERED: 3, v.RELEASED: 2, v.REDELIVERED: 1, v.GO_REDELIVERED: 1}),
     Case("a Go consumer's ack is not an ack", _steps(Step(p.GO_ACK), queue=GO), v.ENDED_BY_GO, {v.DELIVERED: 1}),
     Case("a Go tracker's copy is a redelivery", _steps(Step(p.CRASH, p.GO_COPY), Step(p.ACK), queue=GO), v.ACKED,
          {v.REDELIVERED: 1, v.GO_REDELIVERED: 1, v.RECOVERED: 1}),

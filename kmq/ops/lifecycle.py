@@ -42,6 +42,8 @@ class Delivery:
     #: (seq, deadline ms) of its last Start or KeepAlive: the tracker's deadline for it.
     deadline: tuple[int, int] = (-1, 0)
     first_ack_ms: int = 0
+    #: When its newest final End (``vocabulary.FINAL_END_EVENTS``) was written, 0 if none.
+    final_end_ms: int = 0
     events: list[int] = field(default_factory=lambda: [0] * _EVENTS)
 
     def count(self, *events: E) -> int:
@@ -82,6 +84,8 @@ class DeliveryFold:
             found.delivery_count = max(found.delivery_count, marker.delivery_count or 1)
         elif event is E.ACK and (not found.first_ack_ms or timestamp_ms < found.first_ack_ms):
             found.first_ack_ms = timestamp_ms
+        elif event in v.FINAL_END_EVENTS:
+            found.final_end_ms = max(found.final_end_ms, timestamp_ms)
         if event not in v.END_EVENTS and seq > found.deadline[0]:
             found.deadline = (seq, timestamp_ms + marker.redeliver_after_ms)
 
@@ -134,14 +138,16 @@ class DeadLetter(NamedTuple):
     queue: str
     first_id: MessageId | None
     reason: str
+    #: When it was written: a delivery of its message Started later (a redrive) puts it behind the message.
+    timestamp_ms: int
 
 
-def to_dead_letter(key: bytes | None, headers: Mapping[str, bytes]) -> DeadLetter:
-    """A dead letter as the classification needs it: its queue, first id and reason."""
+def to_dead_letter(key: bytes | None, headers: Mapping[str, bytes], timestamp_ms: int) -> DeadLetter:
+    """A dead letter as the classification needs it: its queue, first id, reason and time."""
     first = headers.get(HEADER_FIRST_ID)
     queue = headers.get(HEADER_DLQ_QUEUE) or key or b""
     return DeadLetter(queue.decode("utf-8", "replace"), MessageId.parse(first.decode()) if first else None,
-                      headers.get(HEADER_DLQ_REASON, b"").decode("utf-8", "replace"))
+                      headers.get(HEADER_DLQ_REASON, b"").decode("utf-8", "replace"), timestamp_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +233,10 @@ class MessageLife:
     acks: int = 0
     in_flight_since_ms: int | None = None
     waiting_since_ms: int | None = None
+    #: The latest first Start of its deliveries, and per fact of ``vocabulary.UNDONE_BY_A_LATER_START`` when its
+    #: newest marker or letter was written: a fact older than the last Start no longer counts.
+    last_start_ms: int | None = None
+    newest_ms: dict[str, int] = field(default_factory=dict)
     state: str = ""
     scope: str = IN_WINDOW
 
@@ -262,7 +272,7 @@ def classify(deliveries: Mapping[MessageId, Delivery], records: Iterable[Record]
         if letter.first_id is not None:
             event = v.dead_letter_event(letter.reason)
             m = life(letter.queue, letter.first_id)
-            m.facts["expired_letters" if event is E.EXPIRE else "dead_letters"] += 1
+            _add_fact(m, "expired_letters" if event is E.EXPIRE else "dead_letters", 1, letter.timestamp_ms)
             m.counters["refused_letters"] += event is E.REJECT
     for m in lives.values():
         _finish(m, context.window)
@@ -281,9 +291,9 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
         else:
             f["open_in_flight"] += 1
             m.in_flight_since_ms = min(m.in_flight_since_ms or d.start_ms, d.start_ms)
-    f["purge_ends"] += ev[E.PURGE] + ev[E.TRACKER_PURGE]
-    f["expire_ends"] += ev[E.EXPIRE]
-    f["dead_ends"] += ev[E.REJECT] + ev[E.DEAD_LETTER]
+    _add_fact(m, "purge_ends", ev[E.PURGE] + ev[E.TRACKER_PURGE], d.final_end_ms)
+    _add_fact(m, "expire_ends", ev[E.EXPIRE], d.final_end_ms)
+    _add_fact(m, "dead_ends", ev[E.REJECT] + ev[E.DEAD_LETTER], d.final_end_ms)
     f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
     c["refused_ends"] += ev[E.REJECT]
     c[v.DELIVERED] += d.handled
@@ -295,7 +305,15 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
         c[v.GO_REDELIVERED] += go_copied
         c[v.RECOVERED] += bool(copies) and not ev[E.RELEASE]
     m.first_start_ms = min(m.first_start_ms or d.start_ms, d.start_ms)
+    m.last_start_ms = max(m.last_start_ms or d.start_ms, d.start_ms)
     m.max_delivery_count = max(m.max_delivery_count, d.delivery_count or 1)
+
+
+def _add_fact(m: MessageLife, name: str, count: int, written_ms: int) -> None:
+    """A fact of ``vocabulary.UNDONE_BY_A_LATER_START``, with when its marker or letter was written."""
+    if count:
+        m.facts[name] += count
+        m.newest_ms[name] = max(m.newest_ms.get(name, written_ms), written_ms)
 
 
 def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delivery], context: Context,
@@ -317,6 +335,10 @@ def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delive
 
 
 def _finish(m: MessageLife, window: Window | None) -> None:
+    if m.last_start_ms is not None:
+        for name, written_ms in m.newest_ms.items():
+            if written_ms < m.last_start_ms:
+                m.facts[name] = 0
     m.state = v.state_of(m.facts)
     refused = m.counters.pop("refused_ends", 0) + m.counters.pop("refused_letters", 0)
     if m.state == v.DEAD_LETTERED and refused:

@@ -77,7 +77,7 @@ def to_record(record: KafkaMessage) -> Record:
 
 
 def to_dead_letter(record: KafkaMessage) -> DeadLetter:
-    return lifecycle.to_dead_letter(record.key(), _kafka.header_dict(record))
+    return lifecycle.to_dead_letter(record.key(), _kafka.header_dict(record), _kafka.record_timestamp_ms(record))
 
 
 class Scanner:

@@ -73,14 +73,19 @@ FACTS = {
                        "enqueued at or after the queue's purge time",
     "purged_records": "records of it that no consumer Started, at or past the queue's committed offset, "
                       "enqueued before the queue's purge time",
-    "purge_ends": "PURGE and TRACKER_PURGE markers of its deliveries",
-    "expire_ends": "EXPIRE markers of its deliveries",
-    "expired_letters": "its dead letters with reason `expired`",
-    "dead_ends": "REJECT and DEAD_LETTER markers of its deliveries",
-    "dead_letters": "its other dead letters",
+    "purge_ends": "PURGE and TRACKER_PURGE markers of its deliveries (†)",
+    "expire_ends": "EXPIRE markers of its deliveries (†)",
+    "expired_letters": "its dead letters with reason `expired` (†)",
+    "dead_ends": "REJECT and DEAD_LETTER markers of its deliveries (†)",
+    "dead_letters": "its other dead letters (†)",
     "consumed_records": "records of it that no consumer Started, before an at-most-once queue's committed offset",
     "go_ends": "GO_END markers of its deliveries that no copy follows",
 }
+
+#: (†) Facts of an ending that a later delivery undoes: each counts only while the newest of its markers or letters
+#: is not older than the message's last Start (the latest first Start of its deliveries). A dead letter that a
+#: redrive put back, and whose copy a consumer Started, is behind the message: what its copy did since decides.
+UNDONE_BY_A_LATER_START = ("purge_ends", "expire_ends", "expired_letters", "dead_ends", "dead_letters")
 
 #: A message is in the first state whose facts (any of them) are non-zero; else it has ``VANISHED``.
 STATE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -176,6 +181,9 @@ class MarkerEvent(IntEnum):
 #: Markers that end a delivery.
 END_EVENTS = frozenset({MarkerEvent.ACK, MarkerEvent.GO_END, MarkerEvent.REJECT, MarkerEvent.DEAD_LETTER,
                         MarkerEvent.EXPIRE, MarkerEvent.PURGE, MarkerEvent.TRACKER_PURGE, MarkerEvent.REDELIVER})
+#: Ends that settle a message for good, unless a redrive puts it back (the facts marked † above).
+FINAL_END_EVENTS = frozenset({MarkerEvent.REJECT, MarkerEvent.DEAD_LETTER, MarkerEvent.EXPIRE, MarkerEvent.PURGE,
+                              MarkerEvent.TRACKER_PURGE})
 #: A delivery with one of these reached no handler: it is not counted as delivered.
 UNHANDLED_EVENTS = frozenset({MarkerEvent.RETURN, MarkerEvent.DELAY, MarkerEvent.EXPIRE, MarkerEvent.PURGE})
 #: A delivery with one of these was no hand-out to retry, so its copy is not a redelivery.

@@ -17,8 +17,9 @@ from kmq import Config, Service, wire
 from kmq._kafka.factory import GroupClient, KafkaClients
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
+from kmq.ops.stats import collect
 from kmq.wire import MessageId
-from kmq.wire.markers import Marker, MarkerType, encode
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 from tests.helpers import (
     FAST_GROUP,
     ConfigFactory,
@@ -101,6 +102,32 @@ def test_after_max_deliveries_a_message_is_dead_lettered_and_redrive_brings_it_b
         assert redrive(config, "poison") == 0
     assert counts == [1, 2, 3]
     assert back.payload == b"bad" and back.delivery_count == 1 and back.headers == {"trace": b"t1"}
+
+
+def test_a_redriven_letter_whose_copy_was_started_no_longer_counts_the_message_as_dead_lettered(
+    kmq_config: ConfigFactory,
+) -> None:
+    """After a redrive, what the copy does decides the message's state: here a tracker Ends the copy's delivery as
+    redelivered but no copy of it exists, so `kmq stats` counts it vanished (lost), not dead-lettered, and `kmq dlq
+    list` no longer shows the letter. Letters and Starts are ordered by their broker records' timestamps."""
+    config = kmq_config(redelivery_timeout_ms=30_000)
+    queue = Service(config).queue("redriven")
+    with queue.consumer() as consumer, queue.producer() as producer:
+        producer.send(b"bad")
+        receive_n(consumer, 1)[0].reject("schema mismatch")
+        assert consumer.flush(10) == 0
+        assert [(r.dead_lettered, r.vanished) for r in collect(config, ["redriven"])] == [(1, 0)]
+        assert redrive(config, "redriven") == 1
+        copy = receive_n(consumer, 1, timeout_s=20)[0]
+        assert consumer.flush(10) == 0
+        assert [(r.in_flight, r.dead_lettered) for r in collect(config, ["redriven"])] == [(1, 0)]
+        raw = RawProducer({"bootstrap.servers": config.bootstrap_servers})
+        lost = Marker(MarkerType.END, copy.message_id, end_reason=EndReason.REDELIVERED, client_id="a-tracker")
+        raw.produce(config.marker_topic, encode(lost), b"redriven")
+        assert raw.flush(10) == 0
+        rows = collect(config, ["redriven"])
+        assert [(r.vanished, r.dead_lettered, r.in_flight, r.delivered) for r in rows] == [(1, 0, 0, 2)]
+        assert list_dead_letters(config, "redriven") == []
 
 
 def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFactory, marker_format: str) -> None:

@@ -31,6 +31,8 @@ DELIVERY_FACTS = ("acks", "open_in_flight", "open_delayed", "open_overdue", "pur
 DELIVERY_COUNTERS = (v.DELIVERED, v.RELEASED, v.RETURNED, v.REDELIVERED, v.GO_REDELIVERED, v.RECOVERED)
 RECORD_FACTS = ("waiting_records", "purged_records", "consumed_records", v.PRODUCED)
 LETTER_FACTS = ("expired_letters", "dead_letters", "refused_letters")
+#: Facts of final Ends, each with when its newest marker was written (kmq.wire.vocabulary.UNDONE_BY_A_LATER_START).
+ENDS = ("purge_ends", "expire_ends", "dead_ends")
 SUMS = (*DELIVERY_FACTS, *DELIVERY_COUNTERS, *RECORD_FACTS, *LETTER_FACTS)
 
 
@@ -68,6 +70,7 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         F.max_by(F.when(~F.col("event").isin(ends), F.col("deadline")),
                  F.when(~F.col("event").isin(ends), F.col("seq"))).alias("deadline"),
         F.min(F.when(F.col("event") == int(E.ACK), F.col("ts"))).alias("first_ack_ms"),
+        F.max(F.when(F.col("event").isin([int(e) for e in v.FINAL_END_EVENTS]), F.col("ts"))).alias("final_end_ms"),
         *[_count(e).alias(f"n_{e.name.lower()}") for e in E if e is not E.START],
     ).filter("starts > 0")
     names = markers.filter(start).select(F.xxhash64("queue").alias("queue_id"), "queue").distinct()
@@ -83,7 +86,7 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
 
     return agg.select(
         "mid", "queue", "first_id", "start_ms",
-        "delivery_count", "first_ack_ms", n[E.GO_END].alias("n_go_end"),
+        "delivery_count", "first_ack_ms", "final_end_ms", n[E.GO_END].alias("n_go_end"),
         n[E.ACK].alias("acks"),
         flag(is_open & (F.col("deadline") >= now_ms) & (n[E.DELAY] == 0)).alias("open_in_flight"),
         flag(is_open & (F.col("deadline") >= now_ms) & (n[E.DELAY] > 0)).alias("open_delayed"),
@@ -186,7 +189,8 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
         F.min("enqueued_ms").alias("enqueued_ms"), F.min("start_ms").alias("first_start_ms"),
         F.max("delivery_count").alias("max_delivery_count"), F.min("in_flight_since").alias("in_flight_since"),
         F.min("waiting_since").alias("waiting_since"), F.max("processing_ms").alias("processing_ms"),
-        F.min("first_ack_ms").alias("acked_ms"))
+        F.min("first_ack_ms").alias("acked_ms"), F.max("start_ms").alias("last_start_ms"),
+        *[F.max(f"{name}_ms").alias(f"{name}_ms") for name in v.UNDONE_BY_A_LATER_START])
     return _classify(per_message, facts)
 
 
@@ -220,6 +224,7 @@ def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
         v.DELIVERED, v.RELEASED, v.RETURNED, copies.alias(v.REDELIVERED), go_copy.alias(v.GO_REDELIVERED),
         (started & counted & (copies > 0) & ~F.col("released_once")).cast("long").alias(v.RECOVERED),
         "start_ms", "delivery_count", "first_ack_ms",
+        *[F.when(F.col(name) > 0, F.col("final_end_ms")).alias(f"{name}_ms") for name in ENDS],
         F.when(F.col("open_in_flight") > 0, F.col("start_ms")).alias("in_flight_since"),
         (F.col("first_ack_ms") - F.col("start_ms")).alias("processing_ms"),
         waiting.cast("long").alias("waiting_records"),
@@ -239,7 +244,7 @@ def dead_letters(raw: DataFrame) -> DataFrame:
         F.coalesce(_header("headers", wire.HEADER_DLQ_QUEUE), F.col("key").cast("string")).alias("queue"),
         F.shiftleft(parts.getItem(0).cast("long"), MID_SHIFT).bitwiseOR(parts.getItem(1).cast("long"))
         .alias("letter_first_id"),
-        F.coalesce(_header("headers", wire.HEADER_DLQ_REASON), F.lit("")).alias("reason"),
+        F.coalesce(_header("headers", wire.HEADER_DLQ_REASON), F.lit("")).alias("reason"), "ts",
     ).filter(F.col("letter_first_id").isNotNull())
 
 
@@ -247,11 +252,17 @@ def _letter_rows(letters: DataFrame) -> DataFrame:
     expired = F.col("reason") == wire.EXPIRED_REASON
     refused = ~expired & (F.col("reason") != wire.PURGED_REASON) & ~F.col("reason").rlike(v.MAX_DELIVERIES_PATTERN)
     return letters.select("queue", "first_id", expired.cast("long").alias("expired_letters"),
-                          (~expired).cast("long").alias("dead_letters"), refused.cast("long").alias("refused_letters"))
+                          (~expired).cast("long").alias("dead_letters"), refused.cast("long").alias("refused_letters"),
+                          F.when(expired, F.col("ts")).alias("expired_letters_ms"),
+                          F.when(~expired, F.col("ts")).alias("dead_letters_ms"))
 
 
 def _classify(m: DataFrame, facts: Facts) -> DataFrame:
     """The state (kmq.wire.vocabulary.STATE_RULES), ``rejected``, and the message's place in a window."""
+    for name in v.UNDONE_BY_A_LATER_START:  # a later delivery (a redrive Started) undoes an ending
+        behind = F.coalesce(F.col(f"{name}_ms") < F.col("last_start_ms"), F.lit(False))
+        m = m.withColumn(name, F.when(behind, F.lit(0).cast("long")).otherwise(F.col(name)))
+    m = m.drop("last_start_ms", *[f"{name}_ms" for name in v.UNDONE_BY_A_LATER_START])
     state: Any = F
     for name, names in v.STATE_RULES:
         state = state.when(sum((F.col(n) for n in names), F.lit(0)) > 0, F.lit(name))

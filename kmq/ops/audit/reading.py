@@ -133,6 +133,6 @@ def read(spark: SparkSession, config: Config, snap: Snapshot, min_partitions: in
         F.shiftleft(F.col("partition").cast("long"), MID_SHIFT).bitwiseOR(F.col("offset")).alias("mid"),
         F.col("key").cast("string").alias("queue"),
         F.unix_millis("timestamp").alias("ts"), "headers", "value")
-    letters = load(snap.dead_letters, "dead_letters").select("key", "headers")
+    letters = load(snap.dead_letters, "dead_letters").select("key", F.unix_millis("timestamp").alias("ts"), "headers")
     return Read(markers, records, letters, observed,
                 {"markers": snap.markers, "messages": snap.messages, "dead_letters": snap.dead_letters})

@@ -26,6 +26,7 @@ def frames(spark: SparkSession, sink: MemorySink) -> tuple[DataFrame, DataFrame,
                       T.StructField("ts", T.LongType()), T.StructField("headers", HEADERS),
                       T.StructField("value", T.BinaryType())]))
     letters = spark.createDataFrame(
-        [(r.key, [(k, v) for k, v in r.headers]) for r in sink.dead_letters],
-        T.StructType([T.StructField("key", T.BinaryType()), T.StructField("headers", HEADERS)]))
+        [(r.key, r.timestamp_ms, [(k, v) for k, v in r.headers]) for r in sink.dead_letters],
+        T.StructType([T.StructField("key", T.BinaryType()), T.StructField("ts", T.LongType()),
+                      T.StructField("headers", HEADERS)]))
     return markers, records, letters

@@ -54,6 +54,6 @@ def classify(sink: MemorySink, outcome: Outcome, at_most_once: frozenset[str],
         fold.add_record(r.value, r.timestamp_ms, r.offset)
     records = [lifecycle.to_record(MessageId(r.partition, r.offset), r.key, r.timestamp_ms, dict(r.headers), r.value)
                for r in sink.messages]
-    letters = [lifecycle.to_dead_letter(r.key, dict(r.headers)) for r in sink.dead_letters]
+    letters = [lifecycle.to_dead_letter(r.key, dict(r.headers), r.timestamp_ms) for r in sink.dead_letters]
     context = lifecycle.Context(outcome.now_ms, outcome.committed, outcome.purged_before, at_most_once, window)
     return lifecycle.classify(fold.deliveries, records, letters, context)

@@ -41,6 +41,9 @@ class AsyncProducer:
         self._reports_scheduled = False
         self._backlog: deque[tuple[OutgoingRecord, asyncio.Future[MessageId]]] = deque()
         self._backlog_task: asyncio.Task[None] | None = None
+        #: Records handed to librdkafka whose report has not been settled on the loop (the loop's own count:
+        #: librdkafka's queue length also counts its requests and log events).
+        self._handed = 0
 
     @property
     def queue(self) -> str:
@@ -70,6 +73,7 @@ class AsyncProducer:
             if self._backlog_task is None or self._backlog_task.done():
                 self._backlog_task = loop.create_task(self._move_backlog(), name="kmq-producer-backlog")
             return future
+        self._handed += 1
         delivery.add_done_callback(functools.partial(self._reported, future))
         return future
 
@@ -97,8 +101,13 @@ class AsyncProducer:
                 async with asyncio.timeout(timeout):
                     await asyncio.shield(self._backlog_task)
             except TimeoutError:
-                return len(self._backlog) + self._producer.flush(0)
-        return await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, timeout)
+                return len(self._backlog) + self._undelivered()
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, timeout)
+        return len(self._backlog) + self._undelivered()
+
+    def _undelivered(self) -> int:
+        """Handed to librdkafka and not reported yet (a report waiting for the loop is delivered or failed)."""
+        return self._handed - len(self._reports)
 
     async def close(self, timeout: float = 30.0) -> None:
         """Flushes, then releases the client (in the executor)."""
@@ -139,6 +148,7 @@ class AsyncProducer:
                     future.set_exception(err)
                 continue
             backlog.popleft()
+            self._handed += 1
             delivery.add_done_callback(functools.partial(self._reported, future))
 
     def _reported(self, future: asyncio.Future[MessageId], delivery: Delivery[MessageId]) -> None:
@@ -155,6 +165,7 @@ class AsyncProducer:
         reports = self._reports
         while reports:
             future, delivery = reports.popleft()
+            self._handed -= 1
             if future.done():  # cancelled by its awaiter: the message was produced all the same
                 continue
             error = delivery.exception()

@@ -5,12 +5,13 @@ tracker's redeliveries, a delayed message's hops, a redrive), linked by the firs
 causal order: enqueued; each delivery (to whom: client id and host:pid; with which delivery count) or a read before
 its due time; keep-alives; releases and give-backs; each copy with the act that made it (a redelivery after a
 deadline, a delayed message falling due, a redrive); the end (acked, dead-lettered with its reason, expired,
-purged); and its state now in the project's vocabulary (kmq.wire.vocabulary), with who holds it if it is in flight.
+purged); and its state now, the one ``kmq stats`` and the audit give it (kmq.ops.lifecycle's classification of
+what was read), with who holds it if it is in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,6 +21,9 @@ from kmq import _kafka, wire
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
 from kmq.errors import KmqError, MarkerDecodeError
+from kmq.ops import stats
+from kmq.ops.lifecycle import SEQ_SHIFT, Context, DeliveryFold, classify
+from kmq.ops.stats import committed_offsets, purge_times
 from kmq.wire import MessageId, vocabulary
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import EndReason, Marker, MarkerType
@@ -60,32 +64,70 @@ class Life:
 
 def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
     """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of)."""
-    records, owner = _queue_records(config, queue, message_id)
-    if owner is None:
-        raise KmqError(f"no record at {config.message_topic}[{message_id}]: kmq inspect takes PARTITION:OFFSET of "
-                       "a record on the messages topic")
-    if owner != queue:
-        raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
-                       f"kmq inspect {owner} {message_id}")
-    first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
-    copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
-    original = copies.get(first) or next(iter(copies.values()))
-    life = Life(queue, str(first), len(original.value() or b""),
-                {k: v.decode("utf-8", "replace") for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
-    story = _Story(life, copies, first)
-    for record in _records(config, config.marker_topic, queue.encode()):
-        try:
-            markers = decode_record(record.value())
-        except MarkerDecodeError:
-            continue
-        for marker in markers:
-            if marker.message_id in copies:
-                story.marker(marker, _kafka.record_timestamp_ms(record))
-    for record in _records(config, config.dlq_topic, queue.encode()):
+    # Read in kmq stats' order where its state depends on it: committed offsets and purge times first, and every
+    # copy a tracker made before an End that was read (the messages replay goes on after the markers).
+    committed, purges = committed_offsets(config, [queue]), purge_times(config)
+    key = queue.encode()
+    with TopicReplay(config, config.message_topic) as messages:
+        records, owner = _queue_records(messages.records(), key, message_id)
+        if owner is None:
+            raise KmqError(f"no record at {config.message_topic}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
+                           "of a record on the messages topic")
+        if owner != queue:
+            raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
+                           f"kmq inspect {owner} {message_id}")
+        first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
+        copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
+        original = copies.get(first) or next(iter(copies.values()))
+        life = Life(queue, str(first), len(original.value() or b""),
+                    {k: v.decode("utf-8", "replace")
+                     for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
+        story = _Story(life, copies, first)
+        # The whole queue's deliveries, as kmq stats folds them: a kafka-mq-go tracker's copy is linked to its
+        # original only among all of them.
+        fold = DeliveryFold()
+        for record in _records(config, config.marker_topic, key):
+            try:
+                markers = decode_record(record.value())
+            except MarkerDecodeError:
+                continue
+            at_ms, seq = _kafka.record_timestamp_ms(record), (record.offset() or 0) << SEQ_SHIFT
+            for index, marker in enumerate(markers):
+                fold.add(marker, at_ms, seq + index)
+                if marker.message_id in copies:
+                    story.marker(marker, at_ms)
+        records.extend(r for r in messages.records() if r.key() == key)
+    letters = []
+    for record in _records(config, config.dlq_topic, key):
+        letters.append(stats.to_dead_letter(record))
         said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
         if said.delivery.first_message_id == first:
             story.dead_letter(_kafka.record_timestamp_ms(record), str(_kafka.message_id(record)), said)
-    return story.told()
+    told = story.told()
+    # The state is the one kmq stats and the audit give (one classification); the story tells how it came to be.
+    context = Context(wire.now_ms(), committed, purges, frozenset(config.at_most_once_queues))
+    found = classify(fold.deliveries, map(stats.to_record, records), letters, context).get((queue, first))
+    if found is not None and found.state != told.state:
+        held = found.state in (vocabulary.IN_FLIGHT, vocabulary.OVERDUE)
+        told.state, told.summary, told.holder = found.state, _SAYS[found.state], told.holder if held else ""
+    return told
+
+
+#: The state in a sentence, where the story's own ending does not say it.
+_SAYS = {
+    vocabulary.ACKED: "acked",
+    vocabulary.IN_FLIGHT: "in flight",
+    vocabulary.DELAYED: "waiting for its due time",
+    vocabulary.OVERDUE: "overdue: in flight past its deadline, and no tracker has brought it back yet",
+    vocabulary.WAITING: "waiting on the messages topic",
+    vocabulary.PURGED: "purged: enqueued before the queue's purge time",
+    vocabulary.EXPIRED: "expired before a handler got it",
+    vocabulary.DEAD_LETTERED: "dead-lettered",
+    vocabulary.CONSUMED: "read by an at-most-once consumer (what its handler did, only the handler knows)",
+    vocabulary.ENDED_BY_GO: "ended by a kafka-mq-go component (a Go consumer's ack, or a Go tracker's copy not read "
+                            "yet)",
+    vocabulary.VANISHED: "vanished: its last delivery was redelivered but no copy of it exists (lost)",
+}
 
 
 class _Story:
@@ -234,12 +276,12 @@ class _Story:
         return vocabulary.WAITING, "ended by a kafka-mq-go component; no copy seen yet", ""
 
 
-def _queue_records(config: Config, queue: str, message_id: MessageId) -> tuple[list[KafkaMessage], str | None]:
+def _queue_records(read: Iterable[KafkaMessage], key: bytes,
+                   message_id: MessageId) -> tuple[list[KafkaMessage], str | None]:
     """The queue's records on the messages topic, and the queue whose record sits at ``message_id`` (None: none)."""
-    key = queue.encode()
     mine: list[KafkaMessage] = []
     owner = None
-    for record in _records(config, config.message_topic, None):
+    for record in read:
         if _kafka.message_id(record) == message_id:
             owner = (record.key() or b"").decode("utf-8", "replace")
         if record.key() == key:
@@ -247,10 +289,10 @@ def _queue_records(config: Config, queue: str, message_id: MessageId) -> tuple[l
     return mine, owner
 
 
-def _records(config: Config, topic: str, key: bytes | None) -> Iterator[KafkaMessage]:
+def _records(config: Config, topic: str, key: bytes) -> Iterator[KafkaMessage]:
     with TopicReplay(config, topic) as replay:
         for record in replay.records():
-            if key is None or record.key() == key:
+            if record.key() == key:
                 yield record
 
 

@@ -30,13 +30,17 @@ from kmq.wire.control import ControlState, control_topic
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-def committed_offsets(config: Config) -> dict[str, dict[int, int]]:
-    """Queue → partition → committed offset on the messages topic, for every queue's consumer group."""
+def committed_offsets(config: Config, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
+    """Queue → partition → committed offset on the messages topic, for every queue's consumer group (or these
+    queues')."""
     admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
     timeout_s = config.connect_timeout_ms / 1000
-    listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
     prefix = config.consumer_group("")  # a queue's group is the prefix and the queue (``consumer_group_prefix``)
-    groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+    if queues is None:
+        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+    else:
+        groups = [config.consumer_group(q) for q in queues]
     futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
         admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
     out: dict[str, dict[int, int]] = {}

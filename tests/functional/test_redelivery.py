@@ -17,8 +17,9 @@ from kmq import Config, Service, wire
 from kmq._kafka.factory import GroupClient, KafkaClients
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.ops.dlq import list_dead_letters, redrive
+from kmq.ops.inspect import inspect_message
 from kmq.ops.stats import collect
-from kmq.wire import MessageId
+from kmq.wire import MessageId, vocabulary
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 from tests.helpers import (
     FAST_GROUP,
@@ -108,8 +109,9 @@ def test_a_redriven_letter_whose_copy_was_started_no_longer_counts_the_message_a
     kmq_config: ConfigFactory,
 ) -> None:
     """After a redrive, what the copy does decides the message's state: here a tracker Ends the copy's delivery as
-    redelivered but no copy of it exists, so `kmq stats` counts it vanished (lost), not dead-lettered, and `kmq dlq
-    list` no longer shows the letter. Letters and Starts are ordered by their broker records' timestamps."""
+    redelivered but no copy of it exists, so `kmq stats` counts it vanished (lost), not dead-lettered, `kmq inspect`
+    says the same, and `kmq dlq list` no longer shows the letter. Letters and Starts are ordered by their records'
+    timestamps."""
     config = kmq_config(redelivery_timeout_ms=30_000)
     queue = Service(config).queue("redriven")
     with queue.consumer() as consumer, queue.producer() as producer:
@@ -128,6 +130,8 @@ def test_a_redriven_letter_whose_copy_was_started_no_longer_counts_the_message_a
         rows = collect(config, ["redriven"])
         assert [(r.vanished, r.dead_lettered, r.in_flight, r.delivered) for r in rows] == [(1, 0, 0, 2)]
         assert list_dead_letters(config, "redriven") == []
+        told = inspect_message(config, "redriven", copy.message_id)
+        assert (told.state, told.deliveries) == (vocabulary.VANISHED, 2) and "vanished" in told.summary
 
 
 def test_reject_dead_letters_at_once_and_never_redelivers(kmq_config: ConfigFactory, marker_format: str) -> None:

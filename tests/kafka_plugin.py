@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from packaging.version import Version
 
 from kmq.testing.broker import LocalKafka
 
@@ -61,6 +62,10 @@ def _wants_a_broker(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     """One broker for the whole run, started before pytest-xdist starts its workers, which inherit its address
     through ``KMQ_BOOTSTRAP_SERVERS`` (a worker is never the one to start it)."""
+    if config.getoption("dist", "no") == "loadgroup" and Version(pytest.__version__) >= Version("9.2"):
+        # Loudly, not a silently slower run: every Spark test would start a session of its own.
+        raise pytest.UsageError(f"pytest {pytest.__version__}: pytest-xdist's --dist loadgroup does not group tests "
+                                "with it (pytest-dev/pytest-xdist#1386); install the pytest pyproject.toml pins")
     if os.environ.get("KMQ_BOOTSTRAP_SERVERS") or hasattr(config, "workerinput") or not _wants_a_broker(config):
         return
     if _docker_answers():
@@ -77,6 +82,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _BROKERS.close()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The audit's tests share one Spark session: under pytest-xdist they run in one worker.
     for item in items:

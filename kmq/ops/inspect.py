@@ -20,12 +20,11 @@ from confluent_kafka import Message as KafkaMessage
 from kmq import _kafka, wire
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
-from kmq.errors import KmqError, MarkerDecodeError
+from kmq.errors import KmqError
 from kmq.ops import stats
-from kmq.ops.lifecycle import SEQ_SHIFT, Context, DeliveryFold, classify
+from kmq.ops.lifecycle import Context, DeliveryFold, classify
 from kmq.ops.stats import committed_offsets, purge_times
 from kmq.wire import MessageId, vocabulary
-from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import EndReason, Marker, MarkerType
 
 #: Order of events that share a millisecond: the way one act leads to the next.
@@ -87,13 +86,8 @@ def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
         # original only among all of them.
         fold = DeliveryFold()
         for record in _records(config, config.marker_topic, key):
-            try:
-                markers = decode_record(record.value())
-            except MarkerDecodeError:
-                continue
-            at_ms, seq = _kafka.record_timestamp_ms(record), (record.offset() or 0) << SEQ_SHIFT
-            for index, marker in enumerate(markers):
-                fold.add(marker, at_ms, seq + index)
+            at_ms = _kafka.record_timestamp_ms(record)
+            for marker in fold.add_record(record.value(), at_ms, record.offset() or 0):
                 if marker.message_id in copies:
                     story.marker(marker, at_ms)
         records.extend(r for r in messages.records() if r.key() == key)

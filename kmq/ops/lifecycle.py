@@ -89,16 +89,17 @@ class DeliveryFold:
         if event not in v.END_EVENTS and seq > found.deadline[0]:
             found.deadline = (seq, timestamp_ms + marker.redeliver_after_ms)
 
-    def add_record(self, value: bytes | None, timestamp_ms: int, offset: int) -> None:
-        """Every marker of one markers-topic record (either format); an undecodable one is counted."""
+    def add_record(self, value: bytes | None, timestamp_ms: int, offset: int) -> list[Marker]:
+        """Every marker of one markers-topic record (either format), returned; an undecodable one is counted."""
         try:
             markers = decode_record(value)
         except MarkerDecodeError:
             self.malformed += 1
-            return
+            return []
         base = offset << SEQ_SHIFT
         for index, marker in enumerate(markers):
             self.add(marker, timestamp_ms, base + index)
+        return markers
 
     def started(self) -> Iterable[Delivery]:
         """Deliveries with a Start: markers of a record never Started (read past) are ignored."""

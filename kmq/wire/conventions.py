@@ -6,6 +6,7 @@ component) is named here. Pure: no Kafka imports.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -17,8 +18,10 @@ from kmq.errors import InvalidQueueNameError
 __all__ = [
     "CLOCK_PROBE_KEY",
     "CONSUMER_GROUP_PREFIX",
+    "DEDUPLICATED_REASON",
     "DELAY_REASON",
     "EXPIRED_REASON",
+    "HEADER_DEDUP_ID",
     "HEADER_DELIVERY_COUNT",
     "HEADER_DELIVER_AT",
     "HEADER_DLQ_QUEUE",
@@ -28,6 +31,7 @@ __all__ = [
     "HEADER_FIRST_ID",
     "HEADER_TIME_LIMIT",
     "INTERNAL_HEADERS",
+    "MAX_DEDUP_ID_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
     "PURGED_REASON",
     "REJECTED_REASON",
@@ -42,7 +46,11 @@ __all__ = [
     "DeliveryHeaders",
     "MessageId",
     "consumer_group",
+    "content_dedup_id",
     "datetime_from_ms",
+    "deduplicated_reason",
+    "duplicate_of",
+    "is_deduplicated",
     "max_deliveries_reason",
     "ms_after",
     "ms_from_datetime",
@@ -51,6 +59,7 @@ __all__ = [
     "private_group",
     "redrive_group",
     "user_headers",
+    "validate_dedup_id",
     "validate_queue_name",
 ]
 
@@ -93,6 +102,41 @@ def validate_queue_name(name: object) -> str:
     return name
 
 
+# --- deduplication ids -------------------------------------------------------------------------------------------
+
+#: The longest dedup id, in UTF-8 bytes (SQS allows 128 characters; a schedule's default id is longer).
+MAX_DEDUP_ID_LENGTH = 256
+
+
+def validate_dedup_id(dedup_id: object) -> str:
+    """``dedup_id`` if it can be a send's dedup id (a non-empty printable string of at most
+    ``MAX_DEDUP_ID_LENGTH`` bytes); else ValueError saying why."""
+    if not isinstance(dedup_id, str):
+        raise ValueError(f"dedup_id must be a string, got {type(dedup_id).__name__}")
+    if not dedup_id:
+        raise ValueError("dedup_id must not be empty")
+    if len(dedup_id.encode()) > MAX_DEDUP_ID_LENGTH:
+        raise ValueError(f"dedup_id {dedup_id[:20]!r}… is {len(dedup_id.encode())} bytes; "
+                         f"the limit is {MAX_DEDUP_ID_LENGTH}")
+    if not dedup_id.isprintable():
+        raise ValueError(f"dedup_id {dedup_id!r} must be printable")
+    return dedup_id
+
+
+def content_dedup_id(payload: bytes, headers: Sequence[tuple[str, bytes]]) -> str:
+    """The dedup id of a send on a ``content_dedup_queues`` queue: SHA-256 of its payload and user headers (in
+    name order, each length-prefixed, so no two different sends encode alike), hex, prefixed ``sha256:``. kmq's own
+    option headers are left out: a retried send's due time or expiry differs, its content does not."""
+    digest = hashlib.sha256()
+    digest.update(len(payload).to_bytes(8, "big"))
+    digest.update(payload)
+    for name, value in sorted(headers):
+        encoded = name.encode()
+        digest.update(len(encoded).to_bytes(4, "big") + encoded + len(value).to_bytes(8, "big"))
+        digest.update(value)
+    return "sha256:" + digest.hexdigest()
+
+
 # --- headers of messages-topic and dead-letter records ---------------------------------------------------------
 
 #: Headers with this prefix are kmq's; user headers may not use it.
@@ -109,6 +153,9 @@ HEADER_TIME_LIMIT = "kmq-time-limit-ms"
 HEADER_DELIVER_AT = "kmq-deliver-at-ms"
 #: Optional, set by the producer (``ttl``, or the queue's default): no handler gets the message after this time.
 HEADER_EXPIRES_AT = "kmq-expires-at-ms"
+#: Optional, set by the producer (``send(dedup_id=…)``, or a hash of the content on a ``content_dedup_queues``
+#: queue): the send's deduplication id. A handler sees it; a redelivered copy keeps it but is never checked again.
+HEADER_DEDUP_ID = "kmq-dedup-id"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
@@ -157,6 +204,9 @@ DELAY_REASON = "delayed"
 EXPIRED_REASON = "expired"
 #: ``reason`` of the End (REJECTED) of a message settled by ``kmq purge``: never (again) handed to a handler.
 PURGED_REASON = "purged"
+#: ``reason`` of the End (REJECTED) of a duplicate send (docs/concepts/dedup.md): never Started, never handed out.
+#: The End's full reason names the message it repeats: ``deduplicated: duplicate of P:O``.
+DEDUPLICATED_REASON = "deduplicated"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 #: The dead-letter reason of a ``reject()`` that gave none.
@@ -165,6 +215,28 @@ REJECTED_REASON = "rejected"
 #: reference) when the tracker could not read that record back: deleted by retention, compacted away, or the topic
 #: recreated. The dead letter has no payload; its headers keep the ids, the delivery count and the queue.
 UNREADABLE_REASON = "record unreadable"
+
+
+def deduplicated_reason(original: MessageId) -> str:
+    """The End reason of a duplicate of ``original`` (the send of its id that was let through)."""
+    return f"{DEDUPLICATED_REASON}: duplicate of {original}"
+
+
+def duplicate_of(reason: str) -> MessageId | None:
+    """The message a deduplicated End names (``deduplicated_reason``), or None if ``reason`` is not one; an End
+    reason ``deduplicated`` without a readable id names none (None too: ``is_deduplicated`` tells it)."""
+    prefix = DEDUPLICATED_REASON + ": duplicate of "
+    if not reason.startswith(prefix):
+        return None
+    try:
+        return MessageId.parse(reason[len(prefix):])
+    except ValueError:
+        return None
+
+
+def is_deduplicated(reason: str) -> bool:
+    """Whether an End's reason says it ended a duplicate send (``deduplicated_reason``)."""
+    return reason == DEDUPLICATED_REASON or reason.startswith(DEDUPLICATED_REASON + ":")
 
 
 def max_deliveries_reason(max_deliveries: int) -> str:

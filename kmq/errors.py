@@ -15,12 +15,12 @@ class ConfigError(KmqError, ValueError):
         self.field = field
 
 
-class ScheduleError(KmqError, ValueError):
+class ScheduleError(ConfigError):
     """Raised when a recurring schedule's definition is invalid (cron expression, time zone, template, policy,
     name) or names no schedule; ``field`` names what is wrong."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"schedule {field}: {message}")
+        KmqError.__init__(self, f"schedule {field}: {message}")
         self.field = field
 
 

@@ -120,15 +120,16 @@ class Deduplicator:
         window = self.windows.rebuilding(partition, offset)
         since_ms = timestamp_ms - self._window_ms - self._skew_ms
         read = 0
+        own, observe = self._key, window.observe
         try:
             for record in self._read_back(partition, since_ms, offset):
                 read += 1
-                raw = record.headers()
-                if record.key() != self._key or not raw:
+                if record.key() != own:  # other queues' records: most of a shared topic
                     continue
-                key = dedup_key(raw)
+                raw = record.headers()
+                key = dedup_key(raw) if raw else None
                 if key is not None:
-                    window.observe(record.offset() or 0, _timestamp_ms(record), key)
+                    observe(record.offset() or 0, _timestamp_ms(record), key)
         except KmqError as err:
             self.windows.forget(partition)
             if time.monotonic() - self._complained > COMPLAIN_EVERY_S:

@@ -60,6 +60,8 @@ def records_since(client: RangeClient, topic: str, partition: int, since_ms: int
             err = record.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    if (record.offset() or 0) >= until_offset:
+                        return  # the range ends at the partition's end
                     raise KafkaClientError(f"{topic}[{partition}] ends at {record.offset()}, before offset "
                                            f"{until_offset} it was asked to read to", retriable=True)
                 raise client_error(err, f"reading {topic}[{partition}] back")

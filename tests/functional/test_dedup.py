@@ -101,3 +101,28 @@ def test_a_bad_dedup_id_is_refused_with_a_clear_error(kmq_config: ConfigFactory)
             producer.send(b"x", dedup_id="")
         with pytest.raises(PayloadError, match="the limit is 256"):
             producer.send(b"x", dedup_id="x" * 300)
+
+
+def test_a_range_is_read_back_from_a_time_up_to_an_offset_or_fails_clearly(kmq_config: ConfigFactory) -> None:
+    from confluent_kafka import Consumer
+
+    from kmq._kafka.range_reader import records_since
+    from kmq._kafka.settings import reader_settings
+    from kmq.errors import KafkaClientError
+
+    config = kmq_config(partitions=1)
+    with Service(config).queue("q").producer() as producer:
+        ids = [producer.send(b"%d" % i) for i in range(5)]
+    stamps = []
+    reader = Consumer(reader_settings(config, "range-test", "t"))
+    try:
+        everything = list(records_since(reader, config.message_topic, 0, 0, ids[-1].offset + 1, 10))
+        stamps = [r.timestamp()[1] for r in everything]
+        assert [r.offset() for r in everything] == [m.offset for m in ids]  # up to the partition's end
+        tail = list(records_since(reader, config.message_topic, 0, stamps[2], ids[4].offset, 10))
+        assert tail[0].offset() <= ids[2].offset and tail[-1].offset() == ids[3].offset
+        assert list(records_since(reader, config.message_topic, 0, stamps[-1] + 60_000, 99, 10)) == []
+        with pytest.raises(KafkaClientError, match="ends at 5, before offset 9"):
+            list(records_since(reader, config.message_topic, 0, 0, 9, 10))
+    finally:
+        reader.close()

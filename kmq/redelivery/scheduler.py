@@ -49,6 +49,8 @@ class Scheduler:
         self._partitions = 0
         #: name → the latest tick this replica fired or let go (the control topic may not have said so yet).
         self._done: dict[str, int] = {}
+        #: name → (when to decide again, the facts the decision was taken on): decided again sooner only if they change.
+        self._asleep: dict[str, tuple[int, tuple[Schedule, int, bool]]] = {}
         self._since_ms = 0
         #: Ticks fired by this replica, and of those, fired late (missed, under fire-last).
         self.fired = 0
@@ -75,6 +77,9 @@ class Scheduler:
             except KmqError as err:  # the broker away: every due tick is still due next round
                 log.warning("schedule_round_failed", error=str(err))
                 wake_ms = self._now_ms() + 1000
+            except Exception as err:  # noqa: BLE001 - this thread must outlive any one schedule's failure
+                log.error("schedule_round_failed", error=f"{type(err).__name__}: {err}")
+                wake_ms = self._now_ms() + 1000
             self._stop.wait(min(MAX_SLEEP_S, max(0.0, (wake_ms - self._now_ms()) / 1000)))
 
     def _round(self) -> int:
@@ -88,13 +93,21 @@ class Scheduler:
         owned = self._owned()
         partitions = self._marker_partitions()
         for name, schedule in schedules.items():
+            self._producer_for(schedule.queue)  # before its first tick, not at it
             while not self._stop.is_set():
                 done = max(fired.get(name, 0), self._done.get(name, 0))
-                decision = decide(schedule, done_ms=done, now_ms=self._now_ms(),
-                                  primary=primary_partition(name, partitions) in owned, standby_since_ms=self._since_ms,
+                primary = primary_partition(name, partitions) in owned
+                facts = (schedule, done, primary)
+                asleep = self._asleep.get(name)
+                if asleep is not None and asleep[1] == facts and self._now_ms() < asleep[0]:
+                    wake_ms = min(wake_ms, asleep[0])  # nothing changed and nothing due: no cron arithmetic
+                    break
+                decision = decide(schedule, done_ms=done, now_ms=self._now_ms(), primary=primary,
+                                  standby_since_ms=self._since_ms,
                                   standby_delay_ms=self._config.schedule_standby_delay_ms,
                                   grace_ms=self._config.schedule_misfire_grace_ms)
                 if not self._act(schedule, decision):
+                    self._asleep[name] = (decision.wake_ms, facts)
                     wake_ms = min(wake_ms, decision.wake_ms)
                     break
                 fired[name] = max(fired.get(name, 0), self._control.state.fired.get(name, 0))
@@ -112,10 +125,17 @@ class Scheduler:
         self._fire(schedule, decision.fire, decision.late)
         return True
 
-    def _fire(self, schedule: Schedule, tick_ms: int, late: bool) -> None:
-        producer = self._producers.get(schedule.queue)
+    def _producer_for(self, queue: str) -> Producer:
+        """The queue's producer, made (and its partition count looked up) when a schedule of it is first seen: a
+        tick is then one round trip, not a client's start-up."""
+        producer = self._producers.get(queue)
         if producer is None:
-            producer = self._producers[schedule.queue] = Producer(self._config, schedule.queue)
+            producer = self._producers[queue] = Producer(self._config, queue)
+            producer._partitions()
+        return producer
+
+    def _fire(self, schedule: Schedule, tick_ms: int, late: bool) -> None:
+        producer = self._producer_for(schedule.queue)
         sent = producer.send(schedule.payload, schedule.headers or None, SEND_TIMEOUT_S,
                              dedup_id=schedule.dedup_id(tick_ms))
         now_ms = self._now_ms()

@@ -60,13 +60,15 @@ def test_a_tracker_fires_every_tick_once_with_its_dedup_id(kmq_config: ConfigFac
         for message in got:
             message.ack()
         service.schedules.pause("tick")
+    got.sort(key=lambda m: m.headers[HEADER_DEDUP_ID])  # each tick's id has its own partition: any order
     ids = [m.headers[HEADER_DEDUP_ID].decode() for m in got]
     assert all(i.startswith("schedule:tick:") for i in ids)
     ticks = [datetime.fromisoformat(i.split(":", 2)[2].replace("Z", "+00:00")).timestamp() for i in ids]
     assert [b - a for a, b in itertools.pairwise(ticks)] == [1.0, 1.0, 1.0], ids
-    # Fired at its time: the record's timestamp is within a second of its tick
+    # Fired at its time: the record's timestamp is within a second of its tick (the first one may come while the
+    # tracker still joins its group: a standby's half second later)
     lateness = [m.enqueued_at_ms / 1000 - t for m, t in zip(got, ticks, strict=True)]
-    assert all(-0.05 < x < 1.0 for x in lateness), lateness
+    assert all(-0.05 < x < 1.0 for x in lateness[1:]) and lateness[0] < 2.0, lateness
 
 
 def test_a_tick_fired_twice_is_handled_once_and_a_paused_schedule_fires_nothing(kmq_config: ConfigFactory) -> None:

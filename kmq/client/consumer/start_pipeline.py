@@ -75,6 +75,12 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
                        timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
                        settler, "", next_keep_alive)
     internal = wire.INTERNAL_HEADERS
+    headers = {k: v or b"" for k, v in raw}
+    if internal.isdisjoint(headers):  # a first delivery with headers (a dedup id, user headers): no kmq triple
+        kind, timestamp_ms = record.timestamp()
+        return Message(record.value() or b"", headers, queue, msg_id, 1, msg_id,
+                       timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
+                       settler, "", next_keep_alive)
     kmq = wire.DeliveryHeaders.parse({k: v or b"" for k, v in raw if k in internal})
     return Message(
         payload=record.value() or b"", queue=queue, message_id=msg_id,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from kmq.cli.options import EXIT_OK, Command, Parser, Subparsers, see_help, subcommand
+from kmq.cli.options import EXIT_OK, Command, Parser, Subparsers, header, see_help, subcommand
 from kmq.cli.output import format_table, printable
 from kmq.config import Config
 from kmq.errors import KmqError
@@ -52,7 +52,7 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                      help="minute hour day month weekday (a 6th field: seconds), or @hourly, @daily …")
     add.add_argument("--tz", default="UTC", metavar="ZONE", help="IANA time zone of the expression (default UTC)")
     add.add_argument("--file", type=Path, help="send this file's bytes at each tick")
-    add.add_argument("--header", action="append", default=[], metavar="K=V")
+    add.add_argument("--header", action="append", default=[], type=header, metavar="K=V")
     add.add_argument("--dedup-id-template", default="", metavar="TEMPLATE",
                      help="each tick's dedup id from {name}, {tick} (UTC), {tick_ms}, {local}; default "
                           "schedule:{name}:{tick}")
@@ -93,12 +93,6 @@ def cmd_schedule(config: Config, args: argparse.Namespace) -> int:
 
 
 def _add(schedules: Schedules, args: argparse.Namespace) -> int:
-    headers = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise KmqError(f"--header must be K=V, got {item!r}")
-        headers[key] = value
     if args.file is not None:
         try:
             payload = args.file.read_bytes()
@@ -106,7 +100,7 @@ def _add(schedules: Schedules, args: argparse.Namespace) -> int:
             raise KmqError(f"cannot read {args.file}: {err.strerror}") from err
     else:
         payload = args.payload.encode()
-    added = schedules.add(args.name, args.queue, args.cron, payload, tz=args.tz, headers=headers,
+    added = schedules.add(args.name, args.queue, args.cron, payload, tz=args.tz, headers=dict(args.header),
                           dedup_id_template=args.dedup_id_template, missed=args.missed, replace=args.replace)
     info = next((i for i in schedules.list() if i.schedule.name == added.name), None)
     nxt = f"; next tick {_when(info.next_tick_ms)}" if info is not None and info.next_tick_ms else ""

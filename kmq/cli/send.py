@@ -8,7 +8,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmq.cli.options import COUNT, EXIT_OK, SECONDS, Command, Subparsers, iso_time, number, see_help, subcommand
+from kmq.cli.options import (
+    COUNT,
+    EXIT_OK,
+    SECONDS,
+    Command,
+    Subparsers,
+    header,
+    iso_time,
+    number,
+    see_help,
+    subcommand,
+)
 from kmq.cli.output import plural
 from kmq.config import Config
 from kmq.errors import KmqError
@@ -23,7 +34,7 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
     send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
     send.add_argument("--count", type=COUNT, default=1, help="send the payload N times (load); '{i}' is replaced")
-    send.add_argument("--header", action="append", default=[], metavar="K=V")
+    send.add_argument("--header", action="append", default=[], type=header, metavar="K=V")
     send.add_argument("--delay", type=SECONDS, metavar="SECONDS",
                       help="no handler gets it before this many seconds")
     send.add_argument("--at", dest="deliver_at", type=iso_time, metavar="TIME",
@@ -81,12 +92,7 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
 
     validate_queue_name(args.queue)
     check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
-    headers = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise KmqError(f"--header must be K=V, got {item!r}")
-        headers[key] = value
+    headers = dict(args.header)
     sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
     deliveries = []
     with Service(config).queue(args.queue).producer() as producer:

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from kmq.errors import InvalidQueueNameError
 
@@ -88,18 +88,26 @@ class MessageId(NamedTuple):
 MAX_QUEUE_NAME_LENGTH = 200
 
 
+def _name_problem(what: str, name: object, limit: int, *, stripped: bool) -> str | None:
+    """Why ``name`` cannot be a ``what`` (a non-empty printable string of at most ``limit`` UTF-8 bytes, without
+    surrounding spaces if ``stripped``), or None."""
+    if not isinstance(name, str):
+        return f"{what} must be a string, got {type(name).__name__}"
+    if not name:
+        return f"{what} must not be empty"
+    if len(name.encode()) > limit:
+        return f"{what} {name[:20]!r}… is {len(name.encode())} bytes; the limit is {limit}"
+    if not name.isprintable() or (stripped and name != name.strip()):
+        return f"{what} {name!r} must be printable" + (", without surrounding spaces" if stripped else "")
+    return None
+
+
 def validate_queue_name(name: object) -> str:
     """``name`` if it can be a queue id; else InvalidQueueNameError saying why."""
-    if not isinstance(name, str):
-        raise InvalidQueueNameError(f"queue name must be a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidQueueNameError("queue name must not be empty")
-    if len(name.encode()) > MAX_QUEUE_NAME_LENGTH:
-        raise InvalidQueueNameError(f"queue name {name[:20]!r}… is {len(name.encode())} bytes; "
-                                    f"the limit is {MAX_QUEUE_NAME_LENGTH}")
-    if not name.isprintable() or name != name.strip():
-        raise InvalidQueueNameError(f"queue name {name!r} must be printable, without surrounding spaces")
-    return name
+    problem = _name_problem("queue name", name, MAX_QUEUE_NAME_LENGTH, stripped=True)
+    if problem is not None:
+        raise InvalidQueueNameError(problem)
+    return cast(str, name)  # a str: _name_problem said so
 
 
 # --- deduplication ids -------------------------------------------------------------------------------------------
@@ -111,16 +119,10 @@ MAX_DEDUP_ID_LENGTH = 256
 def validate_dedup_id(dedup_id: object) -> str:
     """``dedup_id`` if it can be a send's dedup id (a non-empty printable string of at most
     ``MAX_DEDUP_ID_LENGTH`` bytes); else ValueError saying why."""
-    if not isinstance(dedup_id, str):
-        raise ValueError(f"dedup_id must be a string, got {type(dedup_id).__name__}")
-    if not dedup_id:
-        raise ValueError("dedup_id must not be empty")
-    if len(dedup_id.encode()) > MAX_DEDUP_ID_LENGTH:
-        raise ValueError(f"dedup_id {dedup_id[:20]!r}… is {len(dedup_id.encode())} bytes; "
-                         f"the limit is {MAX_DEDUP_ID_LENGTH}")
-    if not dedup_id.isprintable():
-        raise ValueError(f"dedup_id {dedup_id!r} must be printable")
-    return dedup_id
+    problem = _name_problem("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH, stripped=False)
+    if problem is not None:
+        raise ValueError(problem)
+    return cast(str, dedup_id)  # a str: _name_problem said so
 
 
 def content_dedup_id(payload: bytes, headers: Sequence[tuple[str, bytes]]) -> str:

@@ -69,22 +69,17 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
     """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
     msg_id = _new_id(MessageId, (record.partition() or 0, record.offset() or 0))
     raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
-    if not raw:  # a first delivery without user headers: the common case, kept cheap
-        kind, timestamp_ms = record.timestamp()
-        return Message(record.value() or b"", {}, queue, msg_id, 1, msg_id,
-                       timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
-                       settler, "", next_keep_alive)
+    headers = {k: v or b"" for k, v in raw} if raw else {}
     internal = wire.INTERNAL_HEADERS
-    headers = {k: v or b"" for k, v in raw}
-    if internal.isdisjoint(headers):  # a first delivery with headers (a dedup id, user headers): no kmq triple
+    if not headers or internal.isdisjoint(headers):  # a first delivery (user headers, a dedup id): the common case
         kind, timestamp_ms = record.timestamp()
         return Message(record.value() or b"", headers, queue, msg_id, 1, msg_id,
                        timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
                        settler, "", next_keep_alive)
-    kmq = wire.DeliveryHeaders.parse({k: v or b"" for k, v in raw if k in internal})
+    kmq = wire.DeliveryHeaders.parse(headers)
     return Message(
         payload=record.value() or b"", queue=queue, message_id=msg_id,
-        headers={k: v or b"" for k, v in raw if k not in internal},
+        headers={k: v for k, v in headers.items() if k not in internal},
         delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
         enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
         _settler=settler, _next_keep_alive=next_keep_alive,

@@ -54,7 +54,7 @@ def decide(schedule: Schedule, *, done_ms: int, now_ms: int, primary: bool, stan
     first_due = next(ticks_after(schedule, max(after, horizon)), None)
     if first_due is not None and first_due <= now_ms:
         return _fire_or_wait(first_due, now_ms, primary, standby_since_ms, standby_delay_ms, late=False)
-    missed = latest_tick(schedule, after, horizon)[0] if horizon > after else None
+    missed = latest_tick(schedule, after, horizon) if horizon > after else None
     if missed is not None:
         if schedule.missed == SKIP:
             return Decision(skipped=missed, wake_ms=now_ms)

@@ -159,24 +159,19 @@ def ticks_after(schedule: Schedule, after_ms: int) -> Iterator[int]:
         yield tick_ms
 
 
-def latest_tick(schedule: Schedule, after_ms: int, now_ms: int) -> tuple[int | None, int]:
-    """The latest tick in (``after_ms``, ``now_ms``] (None: none) and how many ticks that span holds (counted up to
-    2: "one" or "more than one" is all a tracker needs). Jumps near ``now_ms`` first, so a long outage of an every-
-    second schedule costs no walk through every tick it missed."""
-    zone = ZoneInfo(schedule.tz)
-    back = croniter(_expanded(schedule.cron), datetime_from_ms(now_ms).astimezone(zone))
-    near = back.get_prev(datetime)
-    near = back.get_prev(datetime)
-    # Two ticks back (croniter's backward walk may skip a DST-moved tick; the forward walk from there does not)
-    walk_from = max(after_ms, ms_from_datetime(near) - 1)
-    count = 1 if walk_from > after_ms else 0  # ticks before the jump: at least one (``near``) was skipped over
+def latest_tick(schedule: Schedule, after_ms: int, now_ms: int) -> int | None:
+    """The latest tick in (``after_ms``, ``now_ms``], or None. Jumps near ``now_ms`` first (two ticks back: croniter's
+    backward walk may step over a tick that DST moved, the forward walk from there does not), so a long outage of an
+    every-second schedule costs no walk through every tick it missed."""
+    back = croniter(_expanded(schedule.cron), datetime_from_ms(now_ms).astimezone(ZoneInfo(schedule.tz)))
+    back.get_prev(datetime)
+    two_back = ms_from_datetime(back.get_prev(datetime))
     latest = None
-    for tick_ms in ticks_after(schedule, walk_from):
+    for tick_ms in ticks_after(schedule, max(after_ms, two_back - 1)):
         if tick_ms > now_ms:
             break
         latest = tick_ms
-        count += 1
-    return latest, min(count, 2) if latest is not None else 0
+    return latest
 
 
 # --- records ------------------------------------------------------------------------------------------------------

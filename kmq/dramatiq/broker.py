@@ -115,6 +115,8 @@ class KmqBroker(Broker):
             "headers": {HEADER_ACTOR: message.actor_name, HEADER_MESSAGE_ID: message.message_id},
             "delay": delay / 1000 if delay is not None and delay > 0 else None,
             "time_limit": self._time_limit_s(message),
+            # send_with_options(dedup_id=…): the first send only; a retry re-enqueues the same message to run again.
+            "dedup_id": None if message.options.get("retries") else message.options.get("dedup_id"),
         }
         payload = message.encode()
         if self.confirm_delivery:

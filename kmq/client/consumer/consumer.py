@@ -23,6 +23,7 @@ from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, GroupClient, KafkaClients
 from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome
+from kmq.client.consumer.deduplicator import Deduplicator, reader_read_back
 from kmq.client.consumer.due_times import DueTimes
 from kmq.client.consumer.hand_out import HandOut
 from kmq.client.consumer.identity import ClientIdentity
@@ -102,11 +103,16 @@ class Consumer:
         self._intake = Intake(self._client, self._key, self._on_record_error, config.receive_buffer_capacity,
                               config.max_read_ahead_records)
         self._book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
+        #: Duplicate sends out before their Starts (docs/concepts/dedup.md); None with ``dedup_window_ms`` 0.
+        self._dedup = Deduplicator(
+            self._key, config.dedup_window_ms, config.dedup_clock_skew_ms,
+            reader_read_back(clients, config, queue, self._stop), None if self._at_most_once else self._writer,
+            park=config.eager_rebalance, queue=queue) if config.dedup_window_ms else None
         self._pipeline = StartPipeline(
             key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
             to_message=self._to_message, commit=self._commit, hand_out=self._hand_out,
             start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop,
-            write_starts=not self._at_most_once)
+            write_starts=not self._at_most_once, dedup=self._dedup)
         try:
             self._check_topics()
             retention = clients.retention(config)  # None: Starts copy their payloads (see ReferencePolicy)
@@ -159,6 +165,11 @@ class Consumer:
     def records_read(self) -> int:
         """Records read from the messages topic, this queue's and others' (read amplification)."""
         return self._intake.records_read
+
+    @property
+    def deduplicated(self) -> int:
+        """Duplicate sends this consumer kept from handlers (Ended as deduplicated) since it started."""
+        return 0 if self._dedup is None else self._dedup.deduplicated
 
     @property
     def in_flight(self) -> int:
@@ -445,6 +456,8 @@ class Consumer:
         # Neither committed nor Started: the partition's next owner reads these records again.
         if lost:
             self._pipeline.rewind()
+        if self._dedup is not None:
+            self._dedup.dropped(partitions)  # another consumer may decide their duplicates now
         gone = [(self._config.message_topic, p) for p in partitions]
         self._book.forget(gone)
         self._intake.forget(gone)

@@ -28,7 +28,7 @@ from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
-from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId, deduplicated_reason
 from kmq.wire.marker_batch import (
     START_OVERHEAD_BYTES,
     Startable,
@@ -192,6 +192,29 @@ class MarkerWriter:
 
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self._others.append(Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason))
+
+    def deduplicated(self, duplicates: Sequence[tuple[MessageId, MessageId]]) -> Delivery[MessageId]:
+        """Writes at once the End (deduplicated) of each (duplicate, the message it repeats), instead of a Start; the
+        Delivery is done when all are durable, failed if any failed (nothing past them may be committed before)."""
+        markers = [Marker(MarkerType.END, duplicate, end_reason=EndReason.REJECTED, reason=deduplicated_reason(of),
+                          instance_id=self._instance_id) for duplicate, of in duplicates]
+        if self._batched:
+            value = encode_settles(self._key, self._after_ms, others=markers, client_id=self._client_id,
+                                   instance_id=self._instance_id)
+            return self._producer.produce_future(self._topic, value, self._key)
+        delivery: Delivery[MessageId] = Delivery()
+        reported = itertools.count(1)
+        errors: list[BaseException] = []
+
+        def done(err: Any, _record: Any) -> None:
+            if err is not None:
+                errors.append(DeliveryError(f"delivery to {self._topic} failed: {err.str()}",
+                                            retriable=err.retriable(), code=err.code()))
+            if next(reported) == len(markers):
+                delivery._set(None, errors[0] if errors else None)
+
+        self._producer.produce_many(self._topic, [encode(m) for m in markers], self._key, done)
+        return delivery
 
     def hello(self) -> None:
         """Announces this (re)started consumer: a kmq tracker redelivers at once what earlier instances of the same

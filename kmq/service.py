@@ -91,10 +91,10 @@ class Service:
         """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
         as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or more brokers);
         existing topics are kept as they are."""
-        return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
-                             replication_factor=replication_factor)
+        return create_topics(self.config, self.config.default_topics, partitions=partitions,
+                             marker_partitions=marker_partitions, replication_factor=replication_factor)
 
     def check_topics(self) -> dict[str, int]:
         """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises
         TopicError."""
-        return check_topics(self.config)
+        return check_topics(self.config, self.config.default_topics)

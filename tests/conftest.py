@@ -76,7 +76,7 @@ def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.Fixture
         fields.setdefault("consumer_group_prefix", f"{base}.")
         config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
-        create_topics(config, partitions=partitions, marker_partitions=marker_partitions)
+        create_topics(config, config.default_topics, partitions=partitions, marker_partitions=marker_partitions)
         made.append(config)
         return config
 

@@ -23,8 +23,9 @@ from kmq._kafka.settings import consumer_settings, messages_producer_settings
 from kmq._kafka.topic_replay import drop_reached
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
-from kmq.wire import ms_after, now_ms, private_group
-from kmq.wire.control import PAUSE, PURGE, ControlState, control_topic
+from kmq.topic_sets import TopicSet
+from kmq.wire import ms_after, now_ms
+from kmq.wire.control import PAUSE, PURGE, ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -36,14 +37,15 @@ class ControlFollower:
     """Reads the control topic to its end (``start``), then follows it from a daemon thread. Without a control
     topic (a deployment created before it existed) the state stays empty and nothing is paused or purged."""
 
-    def __init__(self, config: Config, on_change: Callable[[ControlState], None] | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet,
+                 on_change: Callable[[ControlState], None] | None = None) -> None:
         self.state = ControlState()
         self._config = config
-        self._topic = control_topic(config.message_topic)
+        self._topic = topics.control
         self._on_change = on_change
         self._stop = threading.Event()
         self._consumer = KafkaConsumer({
-            **consumer_settings(config.replace(client_id=""), private_group("control"), "kmq-control"),
+            **consumer_settings(config.replace(client_id=""), topics.private_group("control"), "kmq-control"),
             "fetch.wait.max.ms": 100,  # a pause or purge should reach running consumers within a fraction of a second
         })
         self._thread: threading.Thread | None = None
@@ -113,9 +115,9 @@ class ControlFollower:
             self._consumer.close()
 
 
-def write(config: Config, key: str, value: dict[str, object] | None) -> None:
+def write(config: Config, topics: TopicSet, key: str, value: dict[str, object] | None) -> None:
     """Writes one control record durably."""
-    topic = control_topic(config.message_topic)
+    topic = topics.control
     producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control", warm_topic=topic)
     try:
         topic_partitions(producer.client, config, topic, "control")
@@ -128,15 +130,15 @@ def write(config: Config, key: str, value: dict[str, object] | None) -> None:
 
 
 def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    write(config, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
+    write(config, config.topics_for(queue), PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
 def resume(config: Config, queue: str) -> None:
-    write(config, PAUSE + queue, None)
+    write(config, config.topics_for(queue), PAUSE + queue, None)
 
 
 def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
     before = ms_after(0) if before_ms is None else before_ms
-    write(config, PURGE + queue, {"before_ms": before})
+    write(config, config.topics_for(queue), PURGE + queue, {"before_ms": before})
     return before

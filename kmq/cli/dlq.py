@@ -39,5 +39,6 @@ def cmd_dlq(config: Config, args: argparse.Namespace) -> int:
                         *(["redriven"] if args.all else [])], rows))
     waiting = sum(not d.redriven for d in letters)
     limited = " (--limit reached: there may be more)" if args.limit is not None and len(letters) >= args.limit else ""
-    print(f"{plural(waiting, 'dead letter')} waiting in {config.dlq_topic!r}{limited}", file=sys.stderr)
+    print(f"{plural(waiting, 'dead letter')} waiting in {config.topics_for(args.queue).dead_letters!r}{limited}",
+          file=sys.stderr)
     return EXIT_OK

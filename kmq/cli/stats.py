@@ -33,7 +33,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
 
     rows = collect(config, args.queue, progress)
     clear_progress()
-    warn_if_no_tracker(config)
+    warn_if_no_tracker(config, config.default_topics)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK

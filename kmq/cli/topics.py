@@ -29,16 +29,18 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
 
     timeout_s = config.connect_timeout_ms / 1000
     if args.action == "create":
-        for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
+        for status in create_topics(config, config.default_topics, partitions=args.partitions,
+                                    marker_partitions=args.marker_partitions,
                                     replication_factor=args.replication_factor, timeout_s=timeout_s):
             note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
             print(f"{status.name}: {'created' if status.created else 'exists'} "
                   f"({plural(status.partitions, 'partition')}{note}), "
                   f"replication factor {status.replication}, min.insync.replicas {status.min_insync}")
     else:
-        for name, partitions in check_topics(config, timeout_s=timeout_s, strict_retention=True).items():
+        for name, partitions in check_topics(config, config.default_topics, timeout_s=timeout_s,
+                                             strict_retention=True).items():
             print(f"{name}: ok ({plural(partitions, 'partition')})")
-    weak = durability_warnings(config, timeout_s=timeout_s)
+    weak = durability_warnings(config, config.default_topics, timeout_s=timeout_s)
     for line in weak:
         print(f"warning: {line}")
     return EXIT_ERROR if weak and args.action == "check" and args.strict else EXIT_OK

@@ -107,9 +107,11 @@ class Producer:
         self._config = config
         self._queue = queue
         self._key = queue.encode()
+        #: Where this queue's messages go (routes: Config.topics_for).
+        self._topics = config.topics_for(queue)
         self._client = _kafka.PolledProducer(
             _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}",
-            warm_topic=config.message_topic)
+            warm_topic=self._topics.messages)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
 
@@ -129,7 +131,7 @@ class Producer:
         data, out, span = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
                                         ttl=ttl)
         if span is None:  # not tracing: the path of every send, kept as short as before
-            future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+            future = self._client.produce_future(self._topics.messages, data, self._key, out)
         else:
             future = self._produce(OutgoingRecord(data, out, span))
         if on_delivery is not None:
@@ -156,14 +158,14 @@ class Producer:
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
                                   expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
         tracing = otel.tracer()
-        span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
+        span = None if tracing is None else otel.start_send(tracing, self._topics.messages, self._queue, out)
         return OutgoingRecord(data, out, span)
 
     def _produce(self, record: OutgoingRecord, block: bool = True) -> Delivery[MessageId]:
         """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
         of waiting for room."""
         try:
-            future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
+            future = self._client.produce_future(self._topics.messages, record.data, self._key, record.headers,
                                                  block=block)
         except Exception as err:
             if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later

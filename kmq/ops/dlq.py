@@ -73,8 +73,9 @@ def list_dead_letters(config: Config, queue: str, limit: int | None = 100, *,
                       include_redriven: bool = False) -> list[DeadLetter]:
     """The queue's dead letters still waiting (oldest first, up to ``limit``), without consuming them; with
     ``include_redriven``, the redriven ones too (marked ``redriven``)."""
-    redriven_up_to = group_offsets(config, wire.redrive_group(queue), config.dlq_topic)
-    with TopicReplay(config, config.dlq_topic) as replay:
+    topics = config.topics_for(queue)
+    redriven_up_to = group_offsets(config, topics.redrive_group(queue), topics.dead_letters)
+    with TopicReplay(config, topics, topics.dead_letters) as replay:
         letters = []
         for letter, _ in _read(replay, queue, None):
             redriven = letter.dlq_id.offset < redriven_up_to.get(letter.dlq_id.partition, 0)
@@ -88,7 +89,8 @@ def list_dead_letters(config: Config, queue: str, limit: int | None = 100, *,
 
 def redrive(config: Config, queue: str, limit: int | None = None) -> int:
     """Moves the queue's dead letters not redriven before back onto the queue; returns how many were redriven."""
-    with TopicReplay(config, config.dlq_topic, group=wire.redrive_group(queue)) as replay:
+    topics = config.topics_for(queue)
+    with TopicReplay(config, topics, topics.dead_letters, group=topics.redrive_group(queue)) as replay:
         found = _read(replay, queue, limit)
         if found:
             _put_back(config, queue, [letter for letter, _ in found])
@@ -108,14 +110,15 @@ def redrive(config: Config, queue: str, limit: int | None = None) -> int:
 
 def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
     producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive",
-                              warm_topic=config.message_topic)
+                              warm_topic=config.topics_for(queue).messages)
     try:
         futures = []
         for letter in letters:
             headers = list(letter.headers.items())
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
-            futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers))
+            futures.append(producer.produce_future(config.topics_for(queue).messages, letter.payload, queue.encode(),
+                                                   headers))
         for future in futures:
             future.result(config.connect_timeout_ms / 1000 + 20)
     finally:

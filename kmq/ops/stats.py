@@ -25,39 +25,40 @@ from kmq.config import Config
 from kmq.errors import TopicError
 from kmq.ops import lifecycle
 from kmq.ops.lifecycle import Context, DeadLetter, DeliveryFold, QueueSummary, Record, classify, summarise
+from kmq.topic_sets import TopicSet
 from kmq.wire import vocabulary as v
-from kmq.wire.control import ControlState, control_topic
+from kmq.wire.control import ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-def committed_offsets(config: Config, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
-    """Queue → partition → committed offset on the messages topic, for every queue's consumer group (or these
-    queues')."""
+def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
+    """Queue → partition → committed offset on the set's messages topic, for every queue's consumer group in the set
+    (or these queues')."""
     admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
     timeout_s = config.connect_timeout_ms / 1000
-    prefix = config.consumer_group("")  # a queue's group is the prefix and the queue (``consumer_group_prefix``)
+    prefix = topics.consumer_group("")  # a queue's group is the prefix and the queue
     if queues is None:
         listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
         groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
     else:
-        groups = [config.consumer_group(q) for q in queues]
+        groups = [topics.consumer_group(q) for q in queues]
     futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
         admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
     out: dict[str, dict[int, int]] = {}
     for group, future in zip(groups, futures, strict=True):
         result = future[group].result(timeout_s)
         offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                   if tp.topic == config.message_topic and tp.offset >= 0}
+                   if tp.topic == topics.messages and tp.offset >= 0}
         if offsets:
             out[group[len(prefix):]] = offsets
     return out
 
 
-def control_state(config: Config) -> ControlState:
+def control_state(config: Config, topics: TopicSet) -> ControlState:
     """The queues' pauses and purge times, from the control topic (empty without one)."""
     state = ControlState()
     try:
-        with TopicReplay(config, control_topic(config.message_topic)) as replay:
+        with TopicReplay(config, topics, topics.control) as replay:
             for record in replay.records():
                 state.apply(record.key() or b"", record.value())
     except TopicError:
@@ -65,9 +66,9 @@ def control_state(config: Config) -> ControlState:
     return state
 
 
-def purge_times(config: Config) -> dict[str, int]:
+def purge_times(config: Config, topics: TopicSet) -> dict[str, int]:
     """Queue → its purge time (messages enqueued before it are purged), from the control topic."""
-    return control_state(config).purged_before
+    return control_state(config, topics).purged_before
 
 
 def fold_markers(fold: DeliveryFold, records: Iterable[KafkaMessage]) -> None:
@@ -88,20 +89,21 @@ class Scanner:
     """The topics read into message lifecycles; ``read()`` catches up with what was written since the last call and
     classifies every message again (``kmq stats``, the demo)."""
 
-    def __init__(self, config: Config, progress: Progress | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet, progress: Progress | None = None) -> None:
         self._config = config
+        self._topics = topics
         self.fold = DeliveryFold()
         self.records: list[Record] = []
         self.dead_letters: list[DeadLetter] = []
-        self._replays = [TopicReplay(config, topic, progress)
-                         for topic in (config.marker_topic, config.message_topic, config.dlq_topic)]
+        self._replays = [TopicReplay(config, topics, topic, progress)
+                         for topic in (topics.markers, topics.messages, topics.dead_letters)]
         #: The control topic as last read (pauses and purges).
         self.control = ControlState()
 
     def read(self, now_ms: int | None = None, keep_ids: bool = False) -> dict[str, QueueSummary]:
         config = self._config
-        committed = committed_offsets(config)
-        self.control = control_state(config)
+        committed = committed_offsets(config, self._topics)
+        self.control = control_state(config, self._topics)
         purges = self.control.purged_before
         markers, messages, dead = self._replays
         fold_markers(self.fold, markers.records())
@@ -155,7 +157,7 @@ class QueueStats:
 def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None,
             now_ms: int | None = None) -> list[QueueStats]:
     """One row per queue seen on any topic (or per queue named)."""
-    with Scanner(config, progress) as scanner:
+    with Scanner(config, config.default_topics, progress) as scanner:
         now_ms = wire.now_ms() if now_ms is None else now_ms
         summaries = scanner.read(now_ms)
         control = scanner.control

@@ -80,7 +80,7 @@ def wait_for_topics(config: Config, stop: threading.Event) -> bool:
     while not stop.is_set():
         started = time.monotonic()
         try:
-            check_topics(config, timeout_s=WAIT_FOR_BROKER_S)
+            check_topics(config, config.default_topics, timeout_s=WAIT_FOR_BROKER_S)
             return True
         except KafkaClientError as err:
             log.warning("tracker_waiting_for_kafka", bootstrap_servers=config.bootstrap_servers, error=str(err),

@@ -131,7 +131,8 @@ class Worker:
         try:
             # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
             # redeliveries.
-            check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
+            for topics in dict.fromkeys(self.config.topics_for(q) for q in self.queues):
+                check_topics(self.config, topics, timeout_s=self.config.connect_timeout_ms / 1000)
             self._consumers = consumers = self._open_consumers()
         except BaseException:
             if server is not None:
@@ -181,7 +182,8 @@ class Worker:
         if undelivered:
             raise UndeliveredMarkersError(
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
-                f"{self.config.marker_topic!r}: those messages will be delivered again", undelivered)
+                f"{', '.join(sorted({repr(c.topics.markers) for c in consumers}))}: those messages will be "
+                "delivered again", undelivered)
         return self.counts
 
     def _open_consumers(self) -> list[Consumer]:
@@ -238,8 +240,10 @@ class Worker:
     def _serve_metrics(self) -> ThreadingHTTPServer:
         probes: list[BrokerProbe] = []
         config = self.config
-        tracker = TrackerPresence(lambda: group_members(config, config.tracker_group, PROBE_TIMEOUT_S),
-                                  config.tracker_group)
+        # At-most-once queues need no tracker (nothing of theirs is ever redelivered); the others, their set's.
+        trackers = [TrackerPresence(_members_of(config, topics.tracker_group), topics.tracker_group)
+                    for topics in dict.fromkeys(config.topics_for(q) for q in self.queues
+                                                if q not in config.at_most_once_queues)]
 
         def health() -> str | None:
             if self._stop.is_set():
@@ -248,12 +252,10 @@ class Worker:
                 return "starting"
             if not probes:
                 consumers = list(self._consumers)
-                probes.append(BrokerProbe(consumers[0].metadata_client, self.config.marker_topic,
+                probes.append(BrokerProbe(consumers[0].metadata_client, consumers[0].topics.markers,
                                           stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
             failed = next((c.failure for c in self._consumers if c.failure), None)
-            # At-most-once queues need no tracker (nothing of theirs is ever redelivered).
-            needs_tracker = any(q not in config.at_most_once_queues for q in self.queues)
-            return failed or probes[0]() or (tracker() if needs_tracker else None)
+            return failed or probes[0]() or next((p for p in (t() for t in trackers) if p), None)
 
         return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
 
@@ -287,7 +289,7 @@ class Worker:
         limit = self._start_run(msg, slot)
         tracing = otel.tracer()
         if tracing is not None:
-            with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
+            with otel.processing(tracing, msg, self.config.topics_for(msg.queue).messages) as span:  # spans nest in it
                 self._run(msg, runner, slot, limit, span)
             return
         started = slot.since  # _run's body, inline: this is the path of every job
@@ -314,7 +316,7 @@ class Worker:
         if tracing is None:
             await self._run_async(msg, slot, limit, None)
             return
-        with otel.processing(tracing, msg, self.config.message_topic) as span:
+        with otel.processing(tracing, msg, self.config.topics_for(msg.queue).messages) as span:
             await self._run_async(msg, slot, limit, span)
 
     async def _run_async(self, msg: Message, slot: ThreadSlot, limit: float | None, span: Any) -> None:
@@ -368,3 +370,7 @@ def _limit_setter(consumer: Consumer) -> Callable[[int], None]:
         consumer.max_in_flight = size
 
     return set_limit
+
+
+def _members_of(config: Config, group: str) -> Callable[[], int | None]:
+    return lambda: group_members(config, group, PROBE_TIMEOUT_S)

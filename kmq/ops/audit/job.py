@@ -79,7 +79,7 @@ def run(config: Config, options: AuditOptions, spark: SparkSession | None = None
     spark = spark or session(options.master, options.spark_conf)
     started = time.monotonic()
     try:
-        snap = snapshot(config, options.from_ms)
+        snap = snapshot(config, config.default_topics, options.from_ms)
         now_ms = options.now_ms if options.now_ms is not None else wire_now_ms()
         topics = read(spark, config, snap, min_partitions=2 * spark.sparkContext.defaultParallelism)
         window = options.from_ms is not None or options.to_ms is not None

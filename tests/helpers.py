@@ -134,6 +134,19 @@ def env_for(config: Config) -> dict[str, str]:
     return env
 
 
+def config_file(config: Config, directory: Path) -> Path:
+    """A YAML file that ``Config.from_yaml`` reads back as ``config`` (topic sets and routes included, which no
+    environment variable holds): what a child process is given with ``--config``."""
+    import yaml
+
+    fields, defaults = config.__reduce__()[1][0], Config(bootstrap_servers="x").__reduce__()[1][0]
+    data = {name: list(value) if isinstance(value, tuple) else value for name, value in fields.items()
+            if name == "bootstrap_servers" or value != defaults[name]}
+    path = directory / f"kmq-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 class WorkerProcess:
     """A worker in its own process: receives ``hold`` messages of ``queue``, acks the first ``ack``, then waits."""
 

@@ -129,16 +129,22 @@ def write(config: Config, topics: TopicSet, key: str, value: dict[str, object] |
         producer.close(5)
 
 
+# A queue's pause and purge go to the control topic of every set its messages may be in (while it moves, the set
+# it moves from too: both sets' consumers and trackers follow them).
+
 def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    write(config, config.topics_for(queue), PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
+    for topics in config.reading_sets(queue):
+        write(config, topics, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
 def resume(config: Config, queue: str) -> None:
-    write(config, config.topics_for(queue), PAUSE + queue, None)
+    for topics in config.reading_sets(queue):
+        write(config, topics, PAUSE + queue, None)
 
 
 def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
     before = ms_after(0) if before_ms is None else before_ms
-    write(config, config.topics_for(queue), PURGE + queue, {"before_ms": before})
+    for topics in config.reading_sets(queue):
+        write(config, topics, PURGE + queue, {"before_ms": before})
     return before

@@ -62,18 +62,21 @@ class Life:
         return asdict(self)
 
 
-def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
-    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of)."""
+def inspect_message(config: Config, queue: str, message_id: MessageId, *, topic_set: str | None = None) -> Life:
+    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of), in the
+    topic set the queue lives in, or in ``topic_set`` (a queue moving between sets has messages in both)."""
     # Read in kmq stats' order where its state depends on it: committed offsets and purge times first, and every
     # copy a tracker made before an End that was read (the messages replay goes on after the markers).
-    topics = config.topics_for(queue)
+    topics = config.topics_for(queue) if topic_set is None else config.topic_set(topic_set)
     committed, purges = committed_offsets(config, topics, [queue]), purge_times(config, topics)
     key = queue.encode()
     with TopicReplay(config, topics, topics.messages) as messages:
         records, owner = _queue_records(messages.records(), key, message_id)
         if owner is None:
+            others = [s.name for s in config.reading_sets(queue) if s != topics]
+            hint = f" (the queue moves from set {others[0]}: kmq inspect --set {others[0]})" if others else ""
             raise KmqError(f"no record at {topics.messages}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
-                           "of a record on the messages topic")
+                           f"of a record on the messages topic{hint}")
         if owner != queue:
             raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
                            f"kmq inspect {owner} {message_id}")

@@ -25,7 +25,7 @@ from kmq.config import Config
 from kmq.errors import TopicError
 from kmq.ops import lifecycle
 from kmq.ops.lifecycle import Context, DeadLetter, DeliveryFold, QueueSummary, Record, classify, summarise
-from kmq.topic_sets import TopicSet
+from kmq.topic_sets import DEFAULT_SET, TopicSet
 from kmq.wire import vocabulary as v
 from kmq.wire.control import ControlState
 
@@ -152,18 +152,38 @@ class QueueStats:
     redelivered: int
     recovered: int
     go_redelivered: int
+    #: The topic set these messages are in (a queue moving between sets has a row in each).
+    topic_set: str = DEFAULT_SET
 
 
 def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None,
-            now_ms: int | None = None) -> list[QueueStats]:
-    """One row per queue seen on any topic (or per queue named)."""
-    with Scanner(config, config.default_topics, progress) as scanner:
-        now_ms = wire.now_ms() if now_ms is None else now_ms
-        summaries = scanner.read(now_ms)
-        control = scanner.control
-    names = queues or sorted({*summaries, *(q for q in control.paused_until if control.paused(q, now_ms))})
-    return [row(name, summaries.get(name) or QueueSummary(), now_ms, _paused(control, name, now_ms))
-            for name in sorted(names)]
+            now_ms: int | None = None, *, topic_sets: list[str] | None = None) -> list[QueueStats]:
+    """One row per queue and topic set: every queue seen on any topic of each set (``topic_sets``, default every
+    set), or each of ``queues`` in every set its messages may be in (its own, and the one it moves from), or in
+    each of ``topic_sets`` when both are given."""
+    now_ms = wire.now_ms() if now_ms is None else now_ms
+    rows: list[QueueStats] = []
+    for topics in sets_to_read(config, queues, topic_sets):
+        with Scanner(config, topics, progress) as scanner:
+            summaries = scanner.read(now_ms)
+            control = scanner.control
+        if queues:
+            names = [q for q in queues if topic_sets or topics in config.reading_sets(q)]
+        else:
+            names = sorted({*summaries, *(q for q in control.paused_until if control.paused(q, now_ms))})
+        rows += [row(name, summaries.get(name) or QueueSummary(), now_ms, _paused(control, name, now_ms),
+                     topics.name) for name in names]
+    order = {s.name: i for i, s in enumerate(config.all_topic_sets)}
+    return sorted(rows, key=lambda r: (r.queue, order[r.topic_set]))
+
+
+def sets_to_read(config: Config, queues: list[str] | None, topic_sets: list[str] | None) -> list[TopicSet]:
+    """The sets ``collect`` reads."""
+    if topic_sets:
+        return [config.topic_set(name) for name in topic_sets]
+    if queues:
+        return list(dict.fromkeys(s for q in queues for s in config.reading_sets(q)))
+    return list(config.all_topic_sets)
 
 
 def _paused(control: ControlState, queue: str, now_ms: int) -> str:
@@ -173,7 +193,7 @@ def _paused(control: ControlState, queue: str, now_ms: int) -> str:
     return "yes" if until is None else f"until {wire.datetime_from_ms(until).isoformat(timespec='seconds')}"
 
 
-def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> QueueStats:
+def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "", topic_set: str = DEFAULT_SET) -> QueueStats:
     def age(oldest_ms: int) -> float:
         return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0
 
@@ -182,4 +202,4 @@ def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> Que
                       age(summary.oldest_in_flight_ms), s[v.DELAYED], s[v.OVERDUE], s[v.ACKED], s[v.DEAD_LETTERED],
                       c[v.REJECTED], s[v.EXPIRED], s[v.PURGED], s[v.CONSUMED], s[v.ENDED_BY_GO], s[v.VANISHED],
                       c[v.PRODUCED], c[v.DELIVERED], c[v.RELEASED], c[v.RETURNED], c[v.REDELIVERED], c[v.RECOVERED],
-                      c[v.GO_REDELIVERED])
+                      c[v.GO_REDELIVERED], topic_set)

@@ -60,7 +60,7 @@ class Worker:
     """
 
     config: Config
-    #: The queues to serve, one consumer each.
+    #: The queues to serve, one consumer each (one in each set a queue moving between topic sets is read in).
     queues: Sequence[str]
     #: Called with each Message: return → ack, ``Reject`` → dead letter, an exception → retry with backoff.
     handler: Handler
@@ -131,7 +131,7 @@ class Worker:
         try:
             # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
             # redeliveries.
-            for topics in dict.fromkeys(self.config.topics_for(q) for q in self.queues):
+            for topics in dict.fromkeys(t for q in self.queues for t in self.config.reading_sets(q)):
                 check_topics(self.config, topics, timeout_s=self.config.connect_timeout_ms / 1000)
             self._consumers = consumers = self._open_consumers()
         except BaseException:
@@ -190,12 +190,15 @@ class Worker:
         consumers: list[Consumer] = []
         try:
             for q in self.queues:
-                # From its first Start: hold no more than the threads run until the handlers' run time is known.
-                consumer = Consumer(self.config, validate_queue_name(q), max_in_flight=self.concurrency)
-                self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
-                                                               _limit_setter(consumer))
-                self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
-                consumers.append(consumer)
+                queue = validate_queue_name(q)
+                mine = []
+                for topics in self.config.reading_sets(queue):  # more than one while the queue moves
+                    # From its first Start: hold no more than the threads run until the handlers' run time is known.
+                    mine.append(Consumer(self.config, queue, max_in_flight=self.concurrency, topics=topics))
+                    consumers.append(mine[-1])
+                self._windows[queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
+                                                      _limit_setter(mine))
+                self.metrics.in_flight.labels(queue).set_function(_in_flight_of(mine))
         except BaseException:
             for consumer in consumers:
                 consumer.close(self.close_timeout_s)
@@ -242,8 +245,8 @@ class Worker:
         config = self.config
         # At-most-once queues need no tracker (nothing of theirs is ever redelivered); the others, their set's.
         trackers = [TrackerPresence(_members_of(config, topics.tracker_group), topics.tracker_group)
-                    for topics in dict.fromkeys(config.topics_for(q) for q in self.queues
-                                                if q not in config.at_most_once_queues)]
+                    for topics in dict.fromkeys(t for q in self.queues if q not in config.at_most_once_queues
+                                                for t in config.reading_sets(q))]
 
         def health() -> str | None:
             if self._stop.is_set():
@@ -361,13 +364,14 @@ def _end_run(slot: ThreadSlot, started: float, queue: str) -> float:
     return ran
 
 
-def _in_flight_of(consumer: Consumer) -> Callable[[], float]:
-    return lambda: consumer.in_flight
+def _in_flight_of(consumers: list[Consumer]) -> Callable[[], float]:
+    return lambda: sum(c.in_flight for c in consumers)
 
 
-def _limit_setter(consumer: Consumer) -> Callable[[int], None]:
+def _limit_setter(consumers: list[Consumer]) -> Callable[[int], None]:
     def set_limit(size: int) -> None:
-        consumer.max_in_flight = size
+        for consumer in consumers:  # each set's consumer may hold the window (a moving queue's old set drains)
+            consumer.max_in_flight = size
 
     return set_limit
 

@@ -51,15 +51,17 @@ class Consumer:
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
     outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
-    lower than ``config.max_in_flight`` (see the property of that name).
+    lower than ``config.max_in_flight`` (see the property of that name). ``topics``: the topic set to read the
+    queue in, by default the one it lives in (``Config.topics_for``); a queue moving to another set is read in
+    each of ``Config.reading_sets(queue)`` by a consumer of its own (the Worker does so).
     """
 
     def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
-                 clients: ClientFactory | None = None) -> None:
+                 clients: ClientFactory | None = None, topics: TopicSet | None = None) -> None:
         clients = clients or KafkaClients()
         self._config = config
-        #: The topics and group it reads (routes: Config.topics_for).
-        self._topics = topics = config.topics_for(queue)
+        #: The topics and group it reads.
+        self._topics = topics = topics or config.topics_for(queue)
         self._queue = queue
         self._key = queue.encode()
         self._log = log.bind(queue=queue)

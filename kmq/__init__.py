@@ -11,6 +11,8 @@ from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import (
+    AuthenticationError,
+    AuthorizationError,
     ClientIdInUseError,
     ConfigError,
     ConsumerClosedError,
@@ -54,6 +56,8 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "MessageId",
     "TopicSet",
     # errors (all rooted at KmqError; TimeLimitExceeded is a BaseException, like KeyboardInterrupt)
+    "AuthenticationError",
+    "AuthorizationError",
     "ClientIdInUseError",
     "ConfigError",
     "ConsumerClosedError",

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type:
 
 from kmq._kafka import durability
 from kmq._kafka.errors import to_kmq_error
+from kmq._kafka.metadata import check_topic, metadata
 from kmq._kafka.retention import check_retention
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
@@ -87,11 +88,7 @@ def create_topics(config: Config, topics: TopicSet, *, partitions: int = 6, mark
 
 
 def _brokers(admin: AdminClient, config: Config, timeout_s: float) -> int:
-    try:
-        return len(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+    return len(metadata(admin, config, timeout_s=timeout_s).brokers)
 
 
 def durability_warnings(config: Config, topics: TopicSet, *, timeout_s: float = 30.0,
@@ -99,7 +96,7 @@ def durability_warnings(config: Config, topics: TopicSet, *, timeout_s: float = 
     """What makes the existing kmq topics less durable than kmq needs on this cluster, one line each."""
     admin = admin or _admin(config)
     names = [topics.messages, topics.markers, topics.dead_letters]
-    if topics.control in admin.list_topics(timeout=timeout_s).topics:
+    if topics.control in metadata(admin, config, timeout_s=timeout_s).topics:
         names.append(topics.control)
     return durability.warnings(durability.describe(admin, names, timeout_s), _brokers(admin, config, timeout_s),
                                topics.markers)
@@ -111,11 +108,7 @@ def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, ti
     tracker started right after `kmq topics create`) would be told it does not exist."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            meta = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exc:
-            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                                   f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+        meta = metadata(admin, config, timeout_s=max(0.1, deadline - time.monotonic()))
         waiting = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None
                    or any(p.leader < 0 for p in meta.topics[t].partitions.values())]
         if not waiting:
@@ -131,16 +124,14 @@ def check_topics(config: Config, topics: TopicSet, *, timeout_s: float = 30.0, a
     """Verifies the topics exist and the markers topic uses LogAppendTime, and checks their retention
     (kmq._kafka.retention: an error with ``strict_retention``, else logged); returns partitions per topic."""
     admin = admin or _admin(config)
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+    meta = metadata(admin, config, timeout_s=timeout_s)
     found: dict[str, int] = {}
-    for topic in (topics.messages, topics.markers, topics.dead_letters):
+    for topic, role in ((topics.messages, "messages"), (topics.markers, "markers"),
+                        (topics.dead_letters, "dead-letter")):
         info = meta.topics.get(topic)
-        if info is None or info.error is not None:
-            raise TopicError(f"topic {topic!r} does not exist: create it with `kmq topics create`")
+        if info is None:  # a listing leaves out the topics the principal may not see: ask for it by name
+            info = metadata(admin, config, topic, timeout_s).topics.get(topic)
+        check_topic(info, topic, role)
         found[topic] = len(info.partitions)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topics.markers)
     described = durability.describe_configs(admin, [resource], timeout_s)[resource]

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
@@ -46,7 +46,10 @@ def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None
         admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
     out: dict[str, dict[int, int]] = {}
     for group, future in zip(groups, futures, strict=True):
-        result = future[group].result(timeout_s)
+        try:
+            result = future[group].result(timeout_s)
+        except KafkaException as exc:
+            raise _kafka.to_kmq_error(exc, f"committed offsets of consumer group {group!r}") from exc
         offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
                    if tp.topic == topics.messages and tp.offset >= 0}
         if offsets:

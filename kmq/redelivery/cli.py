@@ -16,7 +16,7 @@ import structlog
 from kmq import logs
 from kmq._kafka.topics import check_topics
 from kmq.config import Config
-from kmq.errors import KafkaClientError, KmqError
+from kmq.errors import AuthenticationError, AuthorizationError, KafkaClientError, KmqError
 from kmq.metrics_http import serve
 from kmq.redelivery.metrics import TrackerMetrics, registry_of
 from kmq.redelivery.tracker import RedeliveryTracker
@@ -125,6 +125,8 @@ def wait_for_topics(config: Config, topics: TopicSet, stop: threading.Event) -> 
         try:
             check_topics(config, topics, timeout_s=WAIT_FOR_BROKER_S)
             return True
+        except (AuthenticationError, AuthorizationError):
+            raise  # waiting changes nothing: the credentials or the ACLs must
         except KafkaClientError as err:
             log.warning("tracker_waiting_for_kafka", bootstrap_servers=config.bootstrap_servers, error=str(err),
                         retry_every_s=WAIT_FOR_BROKER_S)

@@ -319,6 +319,7 @@ class RedeliveryTracker:
         self._owned.dropped(partitions)
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self.config.bootstrap_servers, self.config.kafka.get("sasl.username", ""), err)
         cannot_join = self._membership.cannot_join(err)
         if cannot_join is not None and self._fatal is None:
             self._fatal = cannot_join

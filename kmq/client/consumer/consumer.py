@@ -433,6 +433,7 @@ class Consumer:
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self._config.bootstrap_servers, self._config.kafka.get("sasl.username", ""), err)
         cannot_join = self._membership.cannot_join(err)
         if _kafka.is_fatal(err) or cannot_join is not None:
             self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)

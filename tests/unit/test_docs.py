@@ -130,6 +130,9 @@ def test_yaml_samples_load() -> None:
     routed = Config.from_yaml(SNIPPETS / "topic-sets.yaml", env={})
     assert [s.name for s in routed.all_topic_sets] == ["default", "tenant-a", "reports"]
     assert routed.topics_for("reports-daily").messages == "acme.reports.messages"
+    tenants = Config.from_yaml(SNIPPETS / "tenants.yaml", env={})
+    assert tenants.topics_for("tenant-a.emails").acl_prefix == "kmq.tenant-a."
+    assert tenants.redacted_kafka()["sasl.password"] == "***"
     moving = Config.from_yaml(SNIPPETS / "topic-sets-move.yaml", env={})
     assert [s.name for s in moving.reading_sets("reports")] == ["reports", "default"]
 

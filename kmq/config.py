@@ -268,7 +268,8 @@ class Config:
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
 
     def consumer_group(self, queue: str) -> str:
-        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        """The consumer group of ``queue`` in the default set (see ``consumer_group_prefix``); a routed queue's is
+        ``topics_for(queue).consumer_group(queue)``."""
         return consumer_group(queue, self.consumer_group_prefix)
 
     def topics_for(self, queue: str) -> TopicSet:

@@ -134,6 +134,15 @@ def env_for(config: Config) -> dict[str, str]:
     return env
 
 
+def first_time(marker: Path) -> bool:
+    """True the first time any process asks about ``marker`` (a handler that fails or rejects a message once)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def config_file(config: Config, directory: Path) -> Path:
     """A YAML file that ``Config.from_yaml`` reads back as ``config`` (topic sets and routes included, which no
     environment variable holds): what a child process is given with ``--config``."""

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from kmq import Message, Reject
+from tests.helpers import first_time
 
 FAIL_ONCE_EVERY, REJECT_ONCE_EVERY = 37, 41
 
@@ -18,18 +19,10 @@ FAIL_ONCE_EVERY, REJECT_ONCE_EVERY = 37, 41
 def handle(msg: Message) -> None:
     n = int(msg.payload)
     folder = Path(os.environ["MOVE_TEST_DIR"])
-    if n % FAIL_ONCE_EVERY == 0 and _first_time(folder / f"failed-{n}"):
+    if n % FAIL_ONCE_EVERY == 0 and first_time(folder / f"failed-{n}"):
         raise RuntimeError(f"{n} fails on its first run")
-    if n % REJECT_ONCE_EVERY == 0 and _first_time(folder / f"rejected-{n}"):
+    if n % REJECT_ONCE_EVERY == 0 and first_time(folder / f"rejected-{n}"):
         raise Reject(f"{n} is rejected once")
     with open(folder / "runs", "a") as runs:
         runs.write(f"{n} {msg.message_id} {os.getpid()}\n")
 
-
-def _first_time(marker: Path) -> bool:
-    """True the first time any process asks about ``marker``."""
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True

@@ -29,7 +29,8 @@ def metadata(client: MetadataClient, config: Config, topic: str | None = None,
     deadline = started + timeout_s
     while True:
         try:
-            return client.list_topics(topic, timeout=max(0.05, min(SLICE_S, deadline - time.monotonic())))
+            wait_s = max(0.05, min(SLICE_S, deadline - time.monotonic()))
+            return client.list_topics(timeout=wait_s) if topic is None else client.list_topics(topic, timeout=wait_s)
         except KafkaException as exc:
             # error_cb runs in poll only, and says whether the credentials were refused. A consumer is asked before it
             # reads anything (never while assigned: a poll would take a record).

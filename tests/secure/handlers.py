@@ -8,22 +8,16 @@ import os
 from pathlib import Path
 
 from kmq import Message, Reject
+from tests.helpers import first_time
 
 
 def handle(msg: Message) -> None:
     folder = Path(os.environ["SECURE_TEST_DIR"])
     text = msg.payload.decode()
-    if text.startswith(("retry-", "reject-")) and _first_time(folder / text):
+    if text.startswith(("retry-", "reject-")) and first_time(folder / text):
         if text.startswith("retry-"):
             raise RuntimeError(f"{text} fails its first run")
         raise Reject(f"{text} is rejected once")
     with open(folder / "done", "a") as done:
         done.write(f"{text}\n")
 
-
-def _first_time(marker: Path) -> bool:
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True

@@ -5,14 +5,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
-from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
+from kmq.topic_sets import DEFAULT_SET, Route, Routing, TopicSet, parse_routes, parse_sets, route_data
+from kmq.wire import CONSUMER_GROUP_PREFIX, PRIVATE_GROUP_PREFIX, REDRIVE_GROUP_PREFIX, TRACKER_GROUP, consumer_group
+from kmq.wire.control import control_topic
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
@@ -174,6 +176,13 @@ class Config:
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
+    #: Named topic sets: set name → ``{prefix: …}`` (default prefix ``kmq.<name>``); every topic and group of a set
+    #: is under its prefix (docs/concepts/topic-sets.md). YAML only.
+    topic_sets: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    #: Which queues live in which set: ``{queues: PATTERN | [PATTERN, …], set: NAME, draining: NAME}`` in order,
+    #: the first match wins; a queue no route matches is in the default set (the topics above). YAML only.
+    routes: Sequence[Route | Mapping[str, Any]] = ()
+    _routing: Routing = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -226,6 +235,20 @@ class Config:
         if self.client_id and not self.client_id.isprintable():
             raise ConfigError("client_id", "must be printable")
         self._check_kafka()
+        self._check_topic_sets()
+
+    def _check_topic_sets(self) -> None:
+        default = TopicSet(name=DEFAULT_SET, messages=self.message_topic, markers=self.marker_topic,
+                           dead_letters=self.dlq_topic, control=control_topic(self.message_topic),
+                           tracker_group=self.tracker_group, consumer_group_prefix=self.consumer_group_prefix,
+                           redrive_group_prefix=REDRIVE_GROUP_PREFIX, private_group_prefix=PRIVATE_GROUP_PREFIX)
+        named = parse_sets(self.topic_sets, default)
+        routing = Routing(default, named)
+        routes = parse_routes(self.routes, routing.sets)
+        object.__setattr__(self, "topic_sets", MappingProxyType(
+            {s.name: MappingProxyType({"prefix": s.acl_prefix[:-1]}) for s in named}))
+        object.__setattr__(self, "routes", tuple(routes))
+        object.__setattr__(self, "_routing", Routing(default, named, routes))
 
     def _check_kafka(self) -> None:
         for name in ("kafka", "consumer_kafka"):
@@ -258,8 +281,33 @@ class Config:
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
 
     def consumer_group(self, queue: str) -> str:
-        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        """The consumer group of ``queue`` in the default set (see ``consumer_group_prefix``); a routed queue's is
+        ``topics_for(queue).consumer_group(queue)``."""
         return consumer_group(queue, self.consumer_group_prefix)
+
+    def topics_for(self, queue: str) -> TopicSet:
+        """The topic set ``queue`` lives in (``routes``: the first match; else the default set): where its messages
+        are sent, read, tracked, counted and controlled. Every part of kmq asks this, never a ``*_topic`` field."""
+        return self._routing.topics_for(queue)
+
+    def reading_sets(self, queue: str) -> tuple[TopicSet, ...]:
+        """Every set that may hold ``queue``'s messages: its own, then, while it moves (a route's ``draining``),
+        the set it moves from."""
+        return self._routing.reading_sets(queue)
+
+    def topic_set(self, name: str) -> TopicSet:
+        """The set called ``name`` (``default``, or a name in ``topic_sets``); ConfigError for another."""
+        return self._routing.named(name)
+
+    @property
+    def all_topic_sets(self) -> tuple[TopicSet, ...]:
+        """Every topic set, the default one first."""
+        return tuple(self._routing.sets.values())
+
+    @property
+    def default_topics(self) -> TopicSet:
+        """The default set: ``message_topic``, ``marker_topic`` and the names kafka-mq-go shares."""
+        return self._routing.default
 
     @property
     def keep_alive_interval_ms(self) -> int:
@@ -272,9 +320,11 @@ class Config:
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         # Picklable (multiprocessing workers), although the passthrough mappings are read-only proxies.
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         fields["kafka"], fields["consumer_kafka"] = dict(self.kafka), dict(self.consumer_kafka)
         fields["queue_ttl_ms"] = dict(self.queue_ttl_ms)
+        fields["topic_sets"] = {name: dict(spec or {}) for name, spec in self.topic_sets.items()}
+        fields["routes"] = [route_data(r) if isinstance(r, Route) else dict(r) for r in self.routes]
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
@@ -338,7 +388,9 @@ def _scalar(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.init}
+#: Fields whose YAML value is taken whole (a mapping or list of their own), never flattened into dotted keys.
+_WHOLE = ("queue_ttl_ms", "topic_sets", "routes")
 
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -361,7 +413,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     items: list[tuple[str, Any]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if name == "queue_ttl_ms":
+        if name in _WHOLE:
             items.append((name, value))
         elif name in ("kafka", "consumer_kafka"):
             if value is not None and not isinstance(value, Mapping):

@@ -74,7 +74,7 @@ def send_jobs(config: Config) -> dict[str, set[MessageId]]:
 
 
 def run(config: Config, logs_dir: Path) -> int:
-    create_topics(config, partitions=6, marker_partitions=3)
+    create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
     env = environment(config)
     tracker = start(["-m", "kmq.redelivery"], env, logs_dir / "tracker.log")
     worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", "4",
@@ -83,7 +83,7 @@ def run(config: Config, logs_dir: Path) -> int:
     sent = send_jobs(config)
     say(f"sent {sum(map(len, sent.values())):,} jobs to {', '.join(QUEUES)} in {time.monotonic() - started:.1f}s")
     workers = [start(worker_args, env, logs_dir / f"worker-{i}.log") for i in (1, 2)]
-    scanner = Scanner(config)
+    scanner = Scanner(config, config.default_topics)
     killed = False
     total = sum(map(len, sent.values()))
     try:

@@ -89,11 +89,13 @@ class Service:
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
                       replication_factor: int | None = None) -> list[TopicStatus]:
-        """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
-        as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or more brokers);
-        existing topics are kept as they are."""
-        return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
-                             replication_factor=replication_factor)
+        """Creates the messages, markers (LogAppendTime), dead-letter and control topics of every topic set that
+        do not exist yet, as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or
+        more brokers); existing topics are kept as they are."""
+        return [status for topics in self.config.all_topic_sets
+                for status in create_topics(self.config, topics, partitions=partitions,
+                                            marker_partitions=marker_partitions,
+                                            replication_factor=replication_factor)]
 
     @property
     def schedules(self) -> Schedules:
@@ -102,6 +104,7 @@ class Service:
         return Schedules(self.config)
 
     def check_topics(self) -> dict[str, int]:
-        """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises
-        TopicError."""
-        return check_topics(self.config)
+        """Checks every topic set's topics as ``kmq topics check`` does; returns each topic's partition count, or
+        raises TopicError."""
+        return {name: count for topics in self.config.all_topic_sets
+                for name, count in check_topics(self.config, topics).items()}

@@ -7,12 +7,16 @@ import socket
 from typing import Any
 
 from kmq import logs
+from kmq._kafka.errors import Credentials
 from kmq.config import Config
 
 
 def base_settings(config: Config, client_id: str) -> dict[str, Any]:
-    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id,
-                                "logger": logs.librdkafka_logger()}
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers, "client.id": client_id, "logger": logs.librdkafka_logger(),
+        # Refused credentials reach only error_cb: recorded, so a wait fails at once naming them (metadata.py).
+        "error_cb": Credentials.watcher(config.bootstrap_servers, config.kafka.get("sasl.username", "")),
+    }
     settings.update(config.kafka)
     return settings
 

@@ -21,7 +21,7 @@ from kmq._kafka.offsets import watermarks
 from kmq._kafka.settings import consumer_settings
 from kmq.config import Config
 from kmq.errors import KafkaClientError
-from kmq.wire import private_group
+from kmq.topic_sets import TopicSet
 
 #: A replay with no record for this long, before its end offsets, fails.
 STALL_S = 30.0
@@ -47,14 +47,15 @@ class TopicReplay:
     committed offsets (``commit`` moves them on). Each ``records()`` call goes on from where the last one stopped,
     up to the end offsets seen when it starts."""
 
-    def __init__(self, config: Config, topic: str, progress: Progress | None = None, *,
+    def __init__(self, config: Config, topics: TopicSet, topic: str, progress: Progress | None = None, *,
                  group: str | None = None) -> None:
         self._config = config
+        self._topics = topics
         self._topic = topic
         self._progress = progress
         self._group = group
         self._consumer = KafkaConsumer(consumer_settings(
-            config.replace(client_id=""), group or private_group("replay"), "kmq-replay"))
+            config.replace(client_id=""), group or topics.private_group("replay"), "kmq-replay"))
         #: Partition → next offset to read; OFFSET_BEGINNING (the earliest kept record: offset 0 may be gone to
         #: retention) until a record of it was read.
         self._next: dict[int, int] = {}
@@ -65,8 +66,8 @@ class TopicReplay:
             raise
 
     def _partitions(self) -> list[int]:
-        role = {self._config.marker_topic: "markers", self._config.dlq_topic: "dead-letter"}.get(self._topic,
-                                                                                                 "message")
+        role = {self._topics.markers: "markers", self._topics.dead_letters: "dead-letter",
+                self._topics.control: "control"}.get(self._topic, "message")
         return topic_partitions(self._consumer, self._config, self._topic, role)
 
     def _starts(self, partitions: list[int]) -> dict[int, int]:

@@ -28,6 +28,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     audit.add_argument("--to", dest="to_time", type=iso_time, help="enqueued before (ISO 8601)")
     audit.add_argument("--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)")
     audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
+    audit.add_argument("--set", dest="topic_set", metavar="SET",
+                       help="the topic set to audit (default: the one the --queue queues live in, else the default "
+                            "set)")
     return {"audit": Command(cmd_audit)}
 
 
@@ -39,7 +42,7 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     # Under spark-submit the session exists already, with the master it was given.
     master = args.master or ("" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]")
     options = AuditOptions(queues=tuple(args.queue), from_ms=time_ms(args.from_time), to_ms=time_ms(args.to_time),
-                           master=master, out_dir=Path(args.out))
+                           master=master, out_dir=Path(args.out), topic_set=args.topic_set)
     result = run(config, options)
     rows = []
     for name, data in sorted(result["queues"].items()):

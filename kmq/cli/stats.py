@@ -24,20 +24,26 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                                       "full.",
                        "kmq stats\n  kmq stats --json --queue emails")
     stats.add_argument("--queue", action="append", help="only these queues")
+    stats.add_argument("--set", dest="topic_set", action="append", metavar="SET",
+                       help="only these topic sets (default: every set; with --queue, the sets its messages may be "
+                            "in)")
     stats.add_argument("--json", action="store_true")
     return {"stats": Command(cmd_stats)}
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
-    from kmq.ops.stats import collect
+    from kmq.ops.stats import collect, sets_to_read
 
-    rows = collect(config, args.queue, progress)
+    rows = collect(config, args.queue, progress, topic_sets=args.topic_set)
     clear_progress()
-    warn_if_no_tracker(config)
+    for topics in sets_to_read(config, args.queue, args.topic_set):
+        warn_if_no_tracker(config, topics)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     columns = [c for c in STATS_COLUMNS if c not in STATS_IF_ANY or any(getattr(r, c) for r in rows)]
+    if len(config.all_topic_sets) > 1:  # which set each row's messages are in (a moving queue has a row in each)
+        columns.insert(1, "topic_set")
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK

@@ -46,7 +46,8 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
     sys.path.insert(0, os.getcwd())
     handler = load_handler(args.handler)
-    warn_if_no_tracker(config)
+    for topics in dict.fromkeys(config.topics_for(q) for q in args.queue):
+        warn_if_no_tracker(config, topics)
     if args.metrics_port is not None:
         config = config.replace(metrics_port=args.metrics_port)
     worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,

@@ -60,7 +60,7 @@ class Worker:
     """
 
     config: Config
-    #: The queues to serve, one consumer each.
+    #: The queues to serve, one consumer each (one in each set a queue moving between topic sets is read in).
     queues: Sequence[str]
     #: Called with each Message: return → ack, ``Reject`` → dead letter, an exception → retry with backoff.
     handler: Handler
@@ -131,7 +131,8 @@ class Worker:
         try:
             # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
             # redeliveries.
-            check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
+            for topics in dict.fromkeys(t for q in self.queues for t in self.config.reading_sets(q)):
+                check_topics(self.config, topics, timeout_s=self.config.connect_timeout_ms / 1000)
             self._consumers = consumers = self._open_consumers()
         except BaseException:
             if server is not None:
@@ -181,19 +182,23 @@ class Worker:
         if undelivered:
             raise UndeliveredMarkersError(
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
-                f"{self.config.marker_topic!r}: those messages will be delivered again", undelivered)
+                f"{', '.join(sorted({repr(c.topics.markers) for c in consumers}))}: those messages will be "
+                "delivered again", undelivered)
         return self.counts
 
     def _open_consumers(self) -> list[Consumer]:
         consumers: list[Consumer] = []
         try:
             for q in self.queues:
-                # From its first Start: hold no more than the threads run until the handlers' run time is known.
-                consumer = Consumer(self.config, validate_queue_name(q), max_in_flight=self.concurrency)
-                self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
-                                                               _limit_setter(consumer))
-                self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
-                consumers.append(consumer)
+                queue = validate_queue_name(q)
+                mine = []
+                for topics in self.config.reading_sets(queue):  # more than one while the queue moves
+                    # From its first Start: hold no more than the threads run until the handlers' run time is known.
+                    mine.append(Consumer(self.config, queue, max_in_flight=self.concurrency, topics=topics))
+                    consumers.append(mine[-1])
+                self._windows[queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
+                                                      _limit_setter(mine))
+                self.metrics.in_flight.labels(queue).set_function(_in_flight_of(mine))
         except BaseException:
             for consumer in consumers:
                 consumer.close(self.close_timeout_s)
@@ -238,8 +243,10 @@ class Worker:
     def _serve_metrics(self) -> ThreadingHTTPServer:
         probes: list[BrokerProbe] = []
         config = self.config
-        tracker = TrackerPresence(lambda: group_members(config, config.tracker_group, PROBE_TIMEOUT_S),
-                                  config.tracker_group)
+        # At-most-once queues need no tracker (nothing of theirs is ever redelivered); the others, their set's.
+        trackers = [TrackerPresence(_members_of(config, topics.tracker_group), topics.tracker_group)
+                    for topics in dict.fromkeys(t for q in self.queues if q not in config.at_most_once_queues
+                                                for t in config.reading_sets(q))]
 
         def health() -> str | None:
             if self._stop.is_set():
@@ -248,12 +255,10 @@ class Worker:
                 return "starting"
             if not probes:
                 consumers = list(self._consumers)
-                probes.append(BrokerProbe(consumers[0].metadata_client, self.config.marker_topic,
+                probes.append(BrokerProbe(consumers[0].metadata_client, consumers[0].topics.markers,
                                           stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
             failed = next((c.failure for c in self._consumers if c.failure), None)
-            # At-most-once queues need no tracker (nothing of theirs is ever redelivered).
-            needs_tracker = any(q not in config.at_most_once_queues for q in self.queues)
-            return failed or probes[0]() or (tracker() if needs_tracker else None)
+            return failed or probes[0]() or next((p for p in (t() for t in trackers) if p), None)
 
         return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
 
@@ -287,7 +292,7 @@ class Worker:
         limit = self._start_run(msg, slot)
         tracing = otel.tracer()
         if tracing is not None:
-            with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
+            with otel.processing(tracing, msg, self.config.topics_for(msg.queue).messages) as span:  # spans nest in it
                 self._run(msg, runner, slot, limit, span)
             return
         started = slot.since  # _run's body, inline: this is the path of every job
@@ -314,7 +319,7 @@ class Worker:
         if tracing is None:
             await self._run_async(msg, slot, limit, None)
             return
-        with otel.processing(tracing, msg, self.config.message_topic) as span:
+        with otel.processing(tracing, msg, self.config.topics_for(msg.queue).messages) as span:
             await self._run_async(msg, slot, limit, span)
 
     async def _run_async(self, msg: Message, slot: ThreadSlot, limit: float | None, span: Any) -> None:
@@ -359,12 +364,17 @@ def _end_run(slot: ThreadSlot, started: float, queue: str) -> float:
     return ran
 
 
-def _in_flight_of(consumer: Consumer) -> Callable[[], float]:
-    return lambda: consumer.in_flight
+def _in_flight_of(consumers: list[Consumer]) -> Callable[[], float]:
+    return lambda: sum(c.in_flight for c in consumers)
 
 
-def _limit_setter(consumer: Consumer) -> Callable[[int], None]:
+def _limit_setter(consumers: list[Consumer]) -> Callable[[int], None]:
     def set_limit(size: int) -> None:
-        consumer.max_in_flight = size
+        for consumer in consumers:  # each set's consumer may hold the window (a moving queue's old set drains)
+            consumer.max_in_flight = size
 
     return set_limit
+
+
+def _members_of(config: Config, group: str) -> Callable[[], int | None]:
+    return lambda: group_members(config, group, PROBE_TIMEOUT_S)

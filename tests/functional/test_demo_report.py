@@ -26,7 +26,7 @@ def test_unfinished_jobs_are_not_called_lost_and_a_vanished_job_is(
         receive_n(consumer, 1)[0].ack()
     # and one job that is nowhere at all
     vanished = MessageId(0, 10_000)
-    with Scanner(config) as scanner:
+    with Scanner(config, config.default_topics) as scanner:
         summaries = scanner.read(keep_ids=True)
     assert summaries["jobs"].first_ids["waiting"] or summaries["jobs"].first_ids["overdue"]
     # When the demo reports

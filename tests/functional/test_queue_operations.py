@@ -280,7 +280,7 @@ def test_a_control_topic_whose_last_offset_holds_no_record_is_read_to_its_end(km
     config = kmq_config()
     write_transaction(config.bootstrap_servers, control_topic(config.message_topic),
                       [((PAUSE + "q").encode(), json.dumps({"until_ms": None}).encode())])
-    follower = ControlFollower(config).start()
+    follower = ControlFollower(config, config.default_topics).start()
     try:
         assert follower.state.paused("q", int(time.time() * 1000))
     finally:

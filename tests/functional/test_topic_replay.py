@@ -23,7 +23,7 @@ def test_records_fetched_past_one_reads_end_are_yielded_by_the_next_read(
     real = topic_replay.watermarks
     # The first read's end offset is 5 while 10 records are there: its fetches bring records past its end.
     monkeypatch.setattr(topic_replay, "watermarks", lambda *args, **kw: (real(*args, **kw)[0], 5))
-    replay = TopicReplay(config, config.message_topic)
+    replay = TopicReplay(config, config.default_topics, config.message_topic)
     try:
         first = [r.value() for r in replay.records()]
         monkeypatch.setattr(topic_replay, "watermarks", real)
@@ -42,7 +42,7 @@ def test_a_read_ends_at_the_end_offset_when_a_transaction_marker_is_the_last_off
     config = kmq_config(partitions=1)
     # Its commit marker takes offset 3: the end offset is 4, the last record is at 2.
     write_transaction(config.bootstrap_servers, config.message_topic, [(b"q", b"t%d" % i) for i in range(3)])
-    replay = TopicReplay(config, config.message_topic)
+    replay = TopicReplay(config, config.default_topics, config.message_topic)
     try:
         assert [r.value() for r in replay.records()] == [b"t0", b"t1", b"t2"]
         assert list(replay.records()) == []

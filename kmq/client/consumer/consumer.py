@@ -37,6 +37,7 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
 from kmq.metrics_http import MetadataClient
+from kmq.topic_sets import TopicSet
 from kmq.wire.control import ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -51,13 +52,17 @@ class Consumer:
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
     outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
-    lower than ``config.max_in_flight`` (see the property of that name).
+    lower than ``config.max_in_flight`` (see the property of that name). ``topics``: the topic set to read the
+    queue in, by default the one it lives in (``Config.topics_for``); a queue moving to another set is read in
+    each of ``Config.reading_sets(queue)`` by a consumer of its own (the Worker does so).
     """
 
     def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
-                 clients: ClientFactory | None = None) -> None:
+                 clients: ClientFactory | None = None, topics: TopicSet | None = None) -> None:
         clients = clients or KafkaClients()
         self._config = config
+        #: The topics and group it reads.
+        self._topics = topics = topics or config.topics_for(queue)
         self._queue = queue
         self._key = queue.encode()
         self._log = log.bind(queue=queue)
@@ -79,25 +84,25 @@ class Consumer:
         self._due = DueTimes()
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
-            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
+            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", topics.markers)
         instance_id = _kafka.instance_id()
-        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
+        self._writer = MarkerWriter(config, topics.markers, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
-        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._out.wake_loop)
+        self._in_flight = InFlightMessages(config, topics, queue, self._writer, self._producer, self._out.wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
         self._at_most_once = queue in config.at_most_once_queues
         self._settler: InFlightMessages | AtMostOnceMessages = (
-            AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
+            AtMostOnceMessages(config, topics, self._producer) if self._at_most_once else self._in_flight)
         self._membership = GroupMembership(
-            config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+            topics.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
             join_bound_s=config.connect_timeout_ms / 1000, on_revoking=self._on_revoking,
             on_dropped=self._on_dropped, on_changed=self._on_assignment_changed, logger=self._log)
-        self._control = clients.control(config, self._on_control)
+        self._control = clients.control(config, topics, self._on_control)
         #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
         self._identity = (ClientIdentity(config.client_id, instance_id, self._producer, self._control,
                                          config.connect_timeout_ms / 1000 + 20) if config.client_id else None)
         self._client = clients.group_consumer({
-            **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
+            **_kafka.consumer_settings(config, topics.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
         self._intake = Intake(self._client, self._key, self._on_record_error, config.receive_buffer_capacity,
@@ -115,7 +120,7 @@ class Consumer:
             write_starts=not self._at_most_once, dedup=self._dedup)
         try:
             self._check_topics()
-            retention = clients.retention(config)  # None: Starts copy their payloads (see ReferencePolicy)
+            retention = clients.retention(config, topics)  # None: Starts copy their payloads (see ReferencePolicy)
             if retention is not None:
                 self._writer.references = ReferencePolicy(keep_ms=retention.messages_ms,
                                                           redelivery_timeout_ms=config.redelivery_timeout_ms)
@@ -123,7 +128,7 @@ class Consumer:
             if self._identity is not None:
                 self._identity.claim()
             self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
-            self._membership.subscribe(self._client, [config.message_topic])
+            self._membership.subscribe(self._client, [topics.messages])
         except BaseException:
             self._client.close()
             self._control.close()
@@ -140,6 +145,11 @@ class Consumer:
     def queue(self) -> str:
         """The queue this consumer receives from."""
         return self._queue
+
+    @property
+    def topics(self) -> TopicSet:
+        """The topic set it reads (its messages topic, in the set's consumer group) and writes markers to."""
+        return self._topics
 
     @property
     def assignment(self) -> frozenset[int]:
@@ -309,7 +319,7 @@ class Consumer:
             # the next consumer reads them. Received ones are earlier in each partition, so none comes twice.
             first: dict[TopicPartitionKey, int] = {}
             for mid in never_received:
-                tp = (self._config.message_topic, mid.partition)
+                tp = (self._topics.messages, mid.partition)
                 first[tp] = min(first.get(tp, mid.offset), mid.offset)
             _kafka.commit(self._client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
         self._control.close()
@@ -318,7 +328,7 @@ class Consumer:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
             raise UndeliveredMarkersError(
                 f"consumer of queue {self._queue!r}: {undelivered} marker record(s) were not written to "
-                f"{self._config.marker_topic!r} (acks among them are lost: those messages will be delivered "
+                f"{self._topics.markers!r} (acks among them are lost: those messages will be delivered "
                 "again)", undelivered)
 
     def __enter__(self) -> Consumer:
@@ -434,6 +444,7 @@ class Consumer:
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self._config.bootstrap_servers, self._config.kafka.get("sasl.username", ""), err)
         cannot_join = self._membership.cannot_join(err)
         if _kafka.is_fatal(err) or cannot_join is not None:
             self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)
@@ -448,7 +459,7 @@ class Consumer:
     def _on_revoking(self, partitions: list[int]) -> None:
         """Still ours: what is not handed out is Started again by whoever owns it next; what is, gets committed."""
         self._pipeline.rewind()
-        mine = self._book.pending_in([(self._config.message_topic, p) for p in partitions])
+        mine = self._book.pending_in([(self._topics.messages, p) for p in partitions])
         if mine:
             self._commit(mine)
 
@@ -458,7 +469,7 @@ class Consumer:
             self._pipeline.rewind()
         if self._dedup is not None:
             self._dedup.dropped(partitions)  # another consumer may decide their duplicates now
-        gone = [(self._config.message_topic, p) for p in partitions]
+        gone = [(self._topics.messages, p) for p in partitions]
         self._book.forget(gone)
         self._intake.forget(gone)
 
@@ -467,7 +478,7 @@ class Consumer:
             self._intake.rebalanced()
 
     def _check_topics(self) -> None:
-        _kafka.topic_partitions(self._client, self._config, self._config.message_topic, "message")
+        _kafka.topic_partitions(self._client, self._config, self._topics.messages, "message")
 
 
 def _close_within(client: GroupClient, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:

@@ -57,9 +57,9 @@ def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
 class MarkerWriter:
     """One queue's marker output. ``start`` from the loop thread; settles from any thread."""
 
-    def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
+    def __init__(self, config: Config, topic: str, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
-        self._topic = config.marker_topic
+        self._topic = topic
         self._key = key
         self._producer = producer
         self._batched = config.marker_format == MARKER_FORMAT_KMQ

@@ -15,6 +15,10 @@ from kmq.errors import ConfigError
 from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
+#: A poison message is dead-lettered after this many deliveries unless told otherwise (Celery's autoretry stops after
+#: 3 retries, Dramatiq after 20, RabbitMQ quorum queues after 20 deliveries): with the worker's default backoff
+#: (1 s doubling, 300 s at most) the last of 10 deliveries comes about 8 minutes after the first.
+DEFAULT_MAX_DELIVERIES = 10
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
 MARKER_FORMAT_KMQ = "kmq"
 MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
@@ -123,8 +127,10 @@ class Config:
     next_message_timeout_ms: int = 1_000
     #: Larger payloads are refused with PayloadTooLargeError.
     max_payload_bytes: int = 900_000
-    #: Deliveries after which a message is dead-lettered instead of redelivered; 0 = never (SQS maxReceiveCount).
-    max_deliveries: int = 0
+    #: Deliveries after which a message is dead-lettered (reason ``failed N time(s), last: …`` from a worker, ``max
+    #: deliveries (N) reached`` from a tracker) instead of redelivered: a poison message stops. 0 = never (retried
+    #: for ever, as kafka-mq-go does; SQS's maxReceiveCount).
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
     #: Stable consumer identity; becomes ``group.instance.id`` (static membership) when set.
     client_id: str = ""
     #: How long to wait for an unreachable broker before a clear error.

@@ -109,7 +109,7 @@ class Producer:
         self._key = queue.encode()
         self._client = _kafka.PolledProducer(
             _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}",
-            warm_topic=config.message_topic)
+            warm_topic=config.message_topic, spread=True)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
 
@@ -129,7 +129,8 @@ class Producer:
         data, out, span = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
                                         ttl=ttl)
         if span is None:  # not tracing: the path of every send, kept as short as before
-            future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+            future = self._client.produce_future(self._config.message_topic, data, self._key, out,
+                                                 partition=self._client.next_partition())
         else:
             future = self._produce(OutgoingRecord(data, out, span))
         if on_delivery is not None:
@@ -164,7 +165,7 @@ class Producer:
         of waiting for room."""
         try:
             future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
-                                                 block=block)
+                                                 block=block, partition=self._client.next_partition())
         except Exception as err:
             if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
                 otel.end_send(record.span, None, err)

@@ -26,6 +26,7 @@ def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]
         "partitioner": "random",
         "linger.ms": 5,
         "message.max.bytes": config.max_payload_bytes + 100_000,
+        **config.producer_kafka,
     }
 
 

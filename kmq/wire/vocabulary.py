@@ -40,8 +40,8 @@ WAITING = "waiting"
 PURGED = "purged"
 #: Read after its time to live: never handed to a handler (dead-lettered with reason ``expired``, or dropped).
 EXPIRED = "expired"
-#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; each refusal is a ``rejected`` event too), or
-#: dead-lettered after ``max_deliveries`` (by a worker or a tracker).
+#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; each refusal is a ``rejected`` event
+#: too), or dead-lettered after ``max_deliveries`` (by a worker or a tracker).
 DEAD_LETTERED = "dead_lettered"
 #: Read by an at-most-once queue's consumer, which writes no markers: handed out once (or expired or purged without
 #: a trace). What its handler did, only the handler knows.

@@ -331,14 +331,20 @@ def session_follows_redelivery(config: Config) -> Config:
 
     A worker killed with ``kill -9`` keeps its partitions, and the messages on them (its unread ones, and the
     tracker's copies of what it held that land there) wait, until the group evicts it after the session timeout:
-    45 s by default, beside a redelivery timeout of 10 s. The Celery transport and the Dramatiq broker use this.
+    45 s by default, beside a redelivery timeout of 10 s. A process killed while its group join was pending (a
+    pool's second process joins a moment after the first) is even given partitions in the next generation, which
+    come back a second session timeout later. The Celery transport and the Dramatiq broker use this; a ``client_id``
+    per process (``{process}``) avoids both waits: a restarted process takes its predecessor's place at once.
     """
     if "session.timeout.ms" in config.consumer_kafka:
         return config
     low, high = SESSION_TIMEOUT_BOUNDS_MS
     session_ms = min(max(config.redelivery_timeout_ms, low), high)
-    # librdkafka's default heartbeat (members learn of a rebalance by it), below a third of the session.
-    heartbeat_ms = config.consumer_kafka.get("heartbeat.interval.ms", str(min(3_000, session_ms // 3)))
+    # Members learn of a rebalance by their heartbeat: a tenth of the session (1 s for 10 s; librdkafka's 3 s at
+    # most), so a join ends soon and a process killed while its join is pending (it then holds partitions in the
+    # next generation, which come back only when its own session ends: the second step of a two-step recovery)
+    # has a short window to be.
+    heartbeat_ms = config.consumer_kafka.get("heartbeat.interval.ms", str(min(3_000, max(500, session_ms // 10))))
     return config.replace(consumer_kafka={**config.consumer_kafka, "session.timeout.ms": str(session_ms),
                                           "heartbeat.interval.ms": heartbeat_ms})
 

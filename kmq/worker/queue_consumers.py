@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from kmq.client.consumer import Consumer
+from kmq.client.process_id import with_process_id
 from kmq.config import Config
 from kmq.errors import KmqError, UndeliveredMarkersError
 from kmq.wire import validate_queue_name
@@ -37,7 +39,8 @@ class QueueConsumers:
         try:
             for q in self._queues:
                 # From its first Start: hold no more than the threads run until the handlers' run time is known.
-                consumer = Consumer(self._config, validate_queue_name(q), max_in_flight=self._concurrency)
+                consumer = with_process_id(self._config, functools.partial(
+                    Consumer, queue=validate_queue_name(q), max_in_flight=self._concurrency))
                 self.windows[consumer.queue] = PrefetchWindow(self._concurrency, self._config.max_in_flight,
                                                               _limit_setter(consumer))
                 self._metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))

@@ -121,7 +121,7 @@ def test_the_messages_producers_take_producer_kafka_and_it_cannot_override_what_
     config = Config(**BASE, producer_kafka={"linger.ms": 0, "compression.type": "zstd"})
     assert (messages_producer_settings(config, "p")["linger.ms"], markers_producer_settings(config, "m")["linger.ms"]) \
         == ("0", 0)
-    with pytest.raises(ConfigError, match="producer_kafka.enable.idempotence: is set by kmq itself"):
+    with pytest.raises(ConfigError, match=r"producer_kafka\.enable\.idempotence: is set by kmq itself"):
         Config(**BASE, producer_kafka={"enable.idempotence": False})
 
 

@@ -13,6 +13,7 @@ copy starts again at delivery count 1 and keeps the first delivery's id, so the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
@@ -111,8 +112,9 @@ def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
                               warm_topic=config.message_topic)
     try:
         futures = []
+        now_ms = wire.now_ms()
         for letter in letters:
-            headers = list(letter.headers.items())
+            headers = redriven_headers(letter.headers, now_ms)
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
             futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers))
@@ -120,6 +122,15 @@ def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
             future.result(config.connect_timeout_ms / 1000 + 20)
     finally:
         producer.close()
+
+
+def redriven_headers(headers: Mapping[str, bytes], now_ms: int) -> list[tuple[str, bytes]]:
+    """A redriven copy's headers: the letter's, less an expiry already past (the copy of a letter dead-lettered
+    as expired went straight back to the dead-letter topic). The time limit and the rest stay."""
+    expires = headers.get(wire.HEADER_EXPIRES_AT)
+    if expires is not None and expires.isdigit() and int(expires) <= now_ms:
+        return [(k, v) for k, v in headers.items() if k != wire.HEADER_EXPIRES_AT]
+    return list(headers.items())
 
 
 def _after(found: Found) -> list[TopicPartition]:

@@ -179,7 +179,7 @@ class ProcessRunner:
         conn = self._conn
         assert conn is not None
         try:
-            _send(conn, (message.payload, message.headers, message.queue, tuple(message.message_id),
+            _send(conn, (message.payload, message.record_headers, message.queue, tuple(message.message_id),
                          message.delivery_count, tuple(message.first_message_id), message.enqueued_at_ms))
             if limit_s is not None and not conn.poll(limit_s):
                 self._replace()

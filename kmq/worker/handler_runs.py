@@ -17,7 +17,7 @@ from kmq import otel
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import KmqError
-from kmq.wire import HEADER_DELIVER_AT, now_ms
+from kmq.wire import now_ms
 from kmq.worker.async_runner import call_async
 from kmq.worker.dispatch import Dispatcher
 from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner
@@ -125,11 +125,11 @@ class HandlerRuns:
         queue = msg.queue
         limit = self._time_limit_s
         due_ms = msg.enqueued_at_ms
-        if msg.headers:  # most messages have none: skip the look-ups
+        if msg.record_headers:  # most messages have none: skip the look-ups
             limit = msg.time_limit or limit
-            deliver_at = msg.headers.get(HEADER_DELIVER_AT)
-            if deliver_at:
-                due_ms = max(due_ms, int(deliver_at))
+            deliver_at_ms = msg.deliver_at_ms
+            if deliver_at_ms:
+                due_ms = max(due_ms, deliver_at_ms)
         slot.tallies[queue].waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
         slot.since = time.perf_counter()
         slot.queue = queue

@@ -42,7 +42,7 @@ class Start(NamedTuple):
 
     message_id: MessageId
     payload: bytes
-    headers: Mapping[str, bytes]
+    record_headers: Mapping[str, bytes]
     delivery_count: int
     first_message_id: MessageId
     enqueued_at_ms: int

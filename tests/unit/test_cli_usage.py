@@ -25,6 +25,8 @@ NO_BROKER = {"KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1", "KMQ_CONNECT_TIMEOUT_MS": "
      "cannot import handler module 'tests.handlers_broken': ZeroDivisionError: division by zero "
      "(at tests/handlers_broken.py, line 3)"),
     (["send", "q", "x"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+    (["audit"], 1, "kmq audit: error: cannot reach Kafka at 127.0.0.1:1 within 1s"),  # was a TimeoutError traceback
+    (["stats"], 1, "kmq stats: error: cannot reach Kafka at 127.0.0.1:1"),
     (["worker", "m:f", "--queue", "q", "--concurrency", "0"], 2, "--concurrency: must be >= 1, got 0"),
     (["worker", "m:f", "--queue", "q", "--backoff-base", "-1"], 2, "--backoff-base: must be >= 0, got -1"),
     (["worker", "m:f", "--queue", "q", "--backoff-base", "5", "--backoff-max", "1"], 2,

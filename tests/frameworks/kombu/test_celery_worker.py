@@ -6,6 +6,7 @@ what it prefetched uncounted; a task that kills its pool child stops at ``max_de
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,10 +15,12 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from celery import Celery
 
 from kmq import Config
 from tests.frameworks.kombu.celery_app import TASK, make_app
@@ -123,12 +126,27 @@ def wait_until(condition: object, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@contextlib.contextmanager
+def celery_run(env: dict[str, str], tracker: Config | None,
+               *, events: bool = False) -> Iterator[tuple[Celery, Workers]]:
+    """The test's Celery app and its workers (and a tracker on ``tracker``'s config): all stopped at the end."""
+    app = make_app(env)
+    tracking = None if tracker is None else tracker_process(tracker)
+    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]), events=events)
+    try:
+        yield app, workers
+    finally:
+        try:
+            workers.stop_all()
+        finally:
+            if tracking is not None:
+                stop_tracker(tracking)
+            app.close()
+
+
 def test_a_worker_killed_mid_run_loses_no_task(kombu_config: Config, celery_env: dict[str, str]) -> None:
     tasks = 200
-    app = make_app(celery_env)
-    tracker = tracker_process(kombu_config)
-    workers = Workers(celery_env, Path(celery_env["CELERY_TEST_LOGS"]))
-    try:
+    with celery_run(celery_env, tracker=kombu_config) as (app, workers):
         workers.start("w1", 2)
         workers.start("w2", 2)
 
@@ -155,12 +173,6 @@ def test_a_worker_killed_mid_run_loses_no_task(kombu_config: Config, celery_env:
         assert queue_stats(kombu_config, celery_env)["recovered"] == len(again)
         replies = app.control.ping(timeout=2.0)
         assert [next(iter(r)).split("@")[0] for r in replies] == ["w2"]
-    finally:
-        try:
-            workers.stop_all()
-        finally:
-            stop_tracker(tracker)
-            app.close()
 
 
 def test_two_workers_with_prefetch_1_share_a_backlog_sent_before_either_started(
@@ -172,9 +184,7 @@ def test_two_workers_with_prefetch_1_share_a_backlog_sent_before_either_started(
     # Slow enough that the first worker's head start (until the second one's group join reaches it: a heartbeat,
     # ~2 s) is a task or two.
     env = {**celery_env, "CELERY_TEST_WORK_S": "2.0"}
-    app = make_app(env)
-    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]))
-    try:
+    with celery_run(env, tracker=None) as (app, workers):
         for number in range(tasks):
             app.send_task(TASK, args=[number])
         workers.start("a", 1)
@@ -184,9 +194,6 @@ def test_two_workers_with_prefetch_1_share_a_backlog_sent_before_either_started(
         shares = {name: sum(r.worker == name for r in done) for name in ("a", "b")}
         print(f"\n{tasks} tasks of 2 s: {shares}")
         assert len(done) == tasks and max(shares.values()) <= 0.6 * tasks, shares
-    finally:
-        workers.stop_all()
-        app.close()
 
 
 def test_a_warm_shutdown_gives_back_the_tasks_no_pool_process_had_uncounted(
@@ -195,10 +202,7 @@ def test_a_warm_shutdown_gives_back_the_tasks_no_pool_process_had_uncounted(
     one finish and gives the reserved ones back (not deliveries: the next worker runs them as first deliveries)."""
     tasks = 8
     env = {**celery_env, "CELERY_TEST_WORK_S": "1.5", "CELERY_TEST_PREFETCH": "4"}
-    app = make_app(env)
-    tracker = tracker_process(kombu_config)  # given back: copied at once by a tracker
-    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]))
-    try:
+    with celery_run(env, tracker=kombu_config) as (app, workers):  # what is given back, a tracker copies at once
         for number in range(tasks):
             app.send_task(TASK, args=[number])
         workers.start("first", 1)
@@ -216,12 +220,6 @@ def test_a_warm_shutdown_gives_back_the_tasks_no_pool_process_had_uncounted(
         counts = queue_stats(kombu_config, env)
         assert (counts["delivered"], counts["redelivered"], counts["acked"]) == (tasks, 0, tasks), counts
         assert counts["returned"] >= 1, counts  # at least the reserved ones went back uncounted
-    finally:
-        try:
-            workers.stop_all()
-        finally:
-            stop_tracker(tracker)
-            app.close()
 
 
 def test_a_pool_child_killed_mid_task_has_its_task_run_again_as_a_new_delivery(
@@ -230,10 +228,7 @@ def test_a_pool_child_killed_mid_task_has_its_task_run_again_as_a_new_delivery(
     tracker hands it out again at once (its visibility timeout here is 10 min), as delivery 2."""
     tasks = 20
     env = {**celery_env, "CELERY_TEST_WORK_S": "0.5", "CELERY_TEST_VISIBILITY_S": "600"}
-    app = make_app(env)
-    tracker = tracker_process(kombu_config)
-    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]))
-    try:
+    with celery_run(env, tracker=kombu_config) as (app, workers):
         workers.start("w1", 2)
         wait_until(lambda: len(app.control.ping(timeout=1.0)) == 1, 90, "the worker to answer a ping")
         for number in range(tasks):
@@ -249,12 +244,6 @@ def test_a_pool_child_killed_mid_task_has_its_task_run_again_as_a_new_delivery(
         log = (Path(env["CELERY_TEST_LOGS"]) / "w1.log").read_text()
         assert "WorkerLostError" in log  # Celery saw the child die and rejected its task with requeue
         assert max(r.delivery_count for r in runs(env["CELERY_TEST_OUT"])) == 2
-    finally:
-        try:
-            workers.stop_all()
-        finally:
-            stop_tracker(tracker)
-            app.close()
 
 
 def test_a_task_that_kills_its_pool_child_stops_at_max_deliveries_on_the_dead_letter_topic(
@@ -263,10 +252,7 @@ def test_a_task_that_kills_its_pool_child_stops_at_max_deliveries_on_the_dead_le
     third run instead of handing it to the worker for ever; the other tasks run."""
     config = kombu_config.replace(max_deliveries=3)
     env = {**celery_env, **env_for(config), "CELERY_TEST_VISIBILITY_S": "600", "CELERY_TEST_KILLERS": "0"}
-    app = make_app(env)
-    tracker = tracker_process(config)
-    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]))
-    try:
+    with celery_run(env, tracker=config) as (app, workers):
         workers.start("w1", 1)
         for number in range(3):
             app.send_task(TASK, args=[number])
@@ -282,12 +268,6 @@ def test_a_task_that_kills_its_pool_child_stops_at_max_deliveries_on_the_dead_le
         assert (letter["reason"], letter["delivery_count"]) == ("max deliveries (3) reached", 3)
         time.sleep(2)  # a fourth run would come at once
         assert [r.delivery_count for r in runs(env["CELERY_TEST_STARTS"]) if r.number == 0] == [1, 2, 3]
-    finally:
-        try:
-            workers.stop_all()
-        finally:
-            stop_tracker(tracker)
-            app.close()
 
 
 def test_remote_control_and_events_reach_a_worker_and_come_back(kombu_config: Config,
@@ -295,11 +275,9 @@ def test_remote_control_and_events_reach_a_worker_and_come_back(kombu_config: Co
     """``inspect active`` sees a running task, a revoked countdown task never runs (kmq held it; the worker
     remembers the revoke), and a ``-E`` worker's task events reach an event receiver: all over the broadcast topic."""
     env = {**celery_env, "CELERY_TEST_WORK_S": "3.0"}
-    app = make_app(env)
-    tracker = tracker_process(kombu_config)  # the countdown tasks come back through it
-    workers = Workers(env, Path(env["CELERY_TEST_LOGS"]), events=True)
     events: list[dict[str, object]] = []
-    try:
+    # The countdown tasks come back through a tracker.
+    with celery_run(env, tracker=kombu_config, events=True) as (app, workers):
         workers.start("w1", 1)
         wait_until(lambda: len(app.control.ping(timeout=1.0)) == 1, 90, "the worker to answer a ping")
         with app.connection_for_read() as conn:
@@ -322,9 +300,3 @@ def test_remote_control_and_events_reach_a_worker_and_come_back(kombu_config: Co
             receiver.should_stop = True
             listening.join(30)
         assert 2 not in done_numbers(env["CELERY_TEST_OUT"]), "a revoked task ran"
-    finally:
-        try:
-            workers.stop_all()
-        finally:
-            stop_tracker(tracker)
-            app.close()

@@ -230,7 +230,7 @@ class Channel(virtual.Channel):
         held = self._in_hand.pop(delivery_tag, None)
         if held is None:
             return  # delivered without ack, or settled already
-        _queue, message = held
+        _, message = held
         _settle_quietly(message, how, "rejected by the kombu consumer (requeue=False)")
 
     def _restore_at_beginning(self, message: Any) -> None:
@@ -329,6 +329,9 @@ def _settle_quietly(message: Message, how: str, reason: str = "") -> None:
     except (MessageSettledError, ConsumerClosedError) as err:
         log.info("kombu_settle_skipped", queue=message.queue, message_id=str(message.message_id), settle=how,
                  error=str(err))
+    except KmqError as err:  # a requeue on an at-most-once queue: nothing would bring the message back
+        log.warning("kombu_settle_failed", queue=message.queue, message_id=str(message.message_id), settle=how,
+                    error=str(err))
 
 
 def _log_failed_publish(err: KmqError | None, _message_id: object) -> None:

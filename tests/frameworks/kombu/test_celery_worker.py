@@ -180,9 +180,9 @@ def test_two_workers_with_prefetch_1_share_a_backlog_sent_before_either_started(
     """Each worker's consumer Starts one task at a time (prefetch 1 x concurrency 1): the first to join its group
     cannot take the backlog (it took all 30 of 30 when its consumer Started up to max_in_flight), and once both
     hold half the partitions each runs about half."""
-    tasks = 30
-    # Slow enough that the first worker's head start (until the second one's group join reaches it: a heartbeat,
-    # ~2 s) is a task or two.
+    # 8 on each of the 4 partitions (a producer spreads a burst evenly), so each worker's half holds 16; tasks slow
+    # enough that the first worker's head start (until the second one's join reaches it) is a task or two.
+    tasks = 32
     env = {**celery_env, "CELERY_TEST_WORK_S": "2.0"}
     with celery_run(env, tracker=None) as (app, workers):
         for number in range(tasks):

@@ -80,7 +80,8 @@ def load_handler(spec: str) -> Handler:
 
 def _where(err: BaseException) -> str:
     """`` (at FILE, line N)``: where the import failed in the user's code (the last frame outside the import
-    machinery, or a syntax error's own place); "" when it failed in the machinery (no such module)."""
+    machinery); "" for a syntax error (its message names the place) or a failure in the machinery (no such
+    module)."""
     if isinstance(err, SyntaxError):
         return ""  # its message says where: "invalid syntax (app.py, line 3)"
     machinery = os.path.dirname(importlib.__file__)

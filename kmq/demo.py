@@ -35,6 +35,10 @@ from kmq.wire import vocabulary as v
 QUEUES = ("emails", "thumbnails")
 JOBS_PER_QUEUE = 5_000
 TIMEOUT_S = 100
+CONCURRENCY = 4
+#: Worker 1 is killed once it holds this many jobs (running and read ahead), so that some of them cannot have been
+#: acked when it dies: holding one, it may well have acked it by then.
+KILL_HOLDING = 2 * CONCURRENCY
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -98,7 +102,7 @@ def run(config: Config, logs_dir: Path, jobs_per_queue: int = JOBS_PER_QUEUE) ->
     create_topics(config, partitions=6, marker_partitions=3)
     env = environment(config)
     tracker = start(["-m", "kmq.redelivery"], env, logs_dir / "tracker.log")
-    worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", "4",
+    worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", str(CONCURRENCY),
                    "--backoff-base", "0.2", "--backoff-max", "1", *[a for q in QUEUES for a in ("--queue", q)]]
     started = time.monotonic()
     sent = send_jobs(config, jobs_per_queue)
@@ -114,7 +118,7 @@ def run(config: Config, logs_dir: Path, jobs_per_queue: int = JOBS_PER_QUEUE) ->
         while time.monotonic() - started < TIMEOUT_S:
             if not killed and done >= total // 10:
                 held = held_by(watched)
-                if held:
+                if held >= KILL_HOLDING or done >= total // 2:  # the latter: a worker starved of jobs all along
                     workers[0].send_signal(signal.SIGKILL)
                     killed = True
                     say(f"killed worker 1 (SIGKILL) at {done:,}/{total:,} done, holding {held:,} jobs: they must "

@@ -129,8 +129,9 @@ def env_for(config: Config) -> dict[str, str]:
         value = getattr(config, fld.name)
         if isinstance(value, int | str) and value != getattr(defaults, fld.name):
             env["KMQ_" + fld.name.upper()] = str(value)
-    for key, value in config.consumer_kafka.items():
-        env["KMQ_CONSUMER_KAFKA_" + key.upper().replace(".", "_")] = value
+    for name in ("consumer_kafka", "producer_kafka"):
+        for key, value in getattr(config, name).items():
+            env[f"KMQ_{name.upper()}_" + key.upper().replace(".", "_")] = value
     return env
 
 

@@ -25,10 +25,12 @@ def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]
     return {
         **base_settings(config, client_id),
         "enable.idempotence": True,
-        # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one.
+        # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one. A Producer
+        # takes them in turn once it knows how many there are (PolledProducer.next_partition): this until then.
         "partitioner": "random",
         "linger.ms": 5,
         "message.max.bytes": config.max_payload_bytes + 100_000,
+        **config.producer_kafka,
     }
 
 

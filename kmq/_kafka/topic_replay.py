@@ -25,6 +25,8 @@ from kmq.topic_sets import TopicSet
 
 #: A replay with no record for this long, before its end offsets, fails.
 STALL_S = 30.0
+#: How long the broker holds a replay's fetch that finds nothing (librdkafka's default: 500 ms).
+REPLAY_FETCH_WAIT_MS = 50
 #: (records read, records to read) while a replay runs, about once a second.
 Progress = Callable[[str, int, int], None]
 
@@ -54,8 +56,11 @@ class TopicReplay:
         self._topic = topic
         self._progress = progress
         self._group = group
-        self._consumer = KafkaConsumer(consumer_settings(
-            config.replace(client_id=""), group or topics.private_group("replay"), "kmq-replay"))
+        self._consumer = KafkaConsumer({
+            **consumer_settings(config.replace(client_id=""), group or topics.private_group("replay"), "kmq-replay"),
+            # A replay reads to end offsets it knows: the broker need not hold an empty fetch for 0.5 s (the
+            # end-offset queries of the next records() call wait behind a fetch held on the same connection).
+            "fetch.wait.max.ms": REPLAY_FETCH_WAIT_MS})
         #: Partition → next offset to read; OFFSET_BEGINNING (the earliest kept record: offset 0 may be gone to
         #: retention) until a record of it was read.
         self._next: dict[int, int] = {}
@@ -101,6 +106,13 @@ class TopicReplay:
         self._consumer.assign([TopicPartition(self._topic, p, start) for p, (start, _) in left.items()])
         ends = {p: end for p, (_, end) in left.items()}
         total = sum(end - start for start, end in left.values())
+        try:
+            yield from self._read(ends, total)
+        finally:
+            # No fetch keeps going between calls: the next call's end-offset queries would wait behind it.
+            self._consumer.unassign()
+
+    def _read(self, ends: dict[int, int], total: int) -> Iterator[KafkaMessage]:
         done, last_record, last_report = 0, time.monotonic(), time.monotonic()
         while ends:
             batch = self._consumer.consume(1000, 0.2)

@@ -11,10 +11,14 @@ from kmq.cli.output import format_table
 from kmq.config import Config
 from kmq.errors import KmqError
 
-#: `kmq audit` columns: produced and counters, messages per state (kmq.wire.vocabulary), lost, the duplicates.
-AUDIT_COLUMNS = ["produced", "delivered", "released", "returned", "redelivered", "acked", "dead_lettered", "rejected",
-                 "expired", "deduplicated", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
-                 "delivered_more_than_once", "acked_more_than_once"]
+#: `kmq audit` prints three narrow tables (one of 20 columns was ~300 characters wide): what became of the messages
+#: (produced, each state: kmq.wire.vocabulary, lost), what happened to them (counters, the duplicates), and how long
+#: they waited and ran. A column of a rare state or counter is shown only when a queue has some.
+STATE_COLUMNS = ["produced", "acked", "dead_lettered", "expired", "deduplicated", "purged", "in_flight", "delayed",
+                 "waiting", "consumed", "lost"]
+EVENT_COLUMNS = ["delivered", "released", "returned", "redelivered", "rejected", "delivered_more_than_once",
+                 "acked_more_than_once"]
+SHOWN_IF_ANY = {"expired", "deduplicated", "purged", "delayed", "consumed", "returned"}
 
 
 def add_parsers(subs: Subparsers) -> dict[str, Command]:
@@ -44,13 +48,19 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     options = AuditOptions(queues=tuple(args.queue), from_ms=time_ms(args.from_time), to_ms=time_ms(args.to_time),
                            master=master, out_dir=Path(args.out), topic_set=args.topic_set)
     result = run(config, options)
-    rows = []
-    for name, data in sorted(result["queues"].items()):
-        if "produced" not in data:
-            continue  # only messages from before the window
-        rows.append([name, *(f"{data.get(c, 0):,}" for c in AUDIT_COLUMNS),
-                     _p50_p99(data.get("wait_ms_p50_p95_p99")), _p50_p99(data.get("processing_ms_p50_p95_p99"))])
-    print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
+    # Only messages from before the window: not in the tables.
+    queues = {name: data for name, data in sorted(result["queues"].items()) if "produced" in data}
+    for title, columns in (("messages, by what became of them", STATE_COLUMNS),
+                           ("events", EVENT_COLUMNS)):
+        shown = [c for c in columns if c not in SHOWN_IF_ANY or any(d.get(c, 0) for d in queues.values())]
+        print(f"{title}:")
+        print(format_table(["queue", *shown], [[name, *(f"{d.get(c, 0):,}" for c in shown)]
+                                               for name, d in queues.items()]))
+        print()
+    print("time (ms):")
+    print(format_table(["queue", "wait p50/p95/p99", "processing p50/p95/p99"],
+                       [[name, _percentiles(d.get("wait_ms_p50_p95_p99")),
+                         _percentiles(d.get("processing_ms_p50_p95_p99"))] for name, d in queues.items()]))
     before = sum(d.get("before_window", 0) for d in result["queues"].values())
     if result["window"] is not None:
         print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")
@@ -61,7 +71,7 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _p50_p99(values: list[float] | None) -> str:
+def _percentiles(values: list[float] | None) -> str:
     if not values or values[0] is None:
         return "-"
-    return f"{values[0]:,.0f}/{values[2]:,.0f}"
+    return "/".join(f"{v:,.0f}" for v in values)

@@ -114,7 +114,7 @@ class Producer:
         self._topics = config.topics_for(queue)
         self._client = _kafka.PolledProducer(
             _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}",
-            warm_topic=self._topics.messages)
+            warm_topic=self._topics.messages, spread=True)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
         self._content_dedup = queue in config.content_dedup_queues
@@ -139,8 +139,9 @@ class Producer:
         data, out, span, partition = self._prepare(payload, headers, time_limit=time_limit, delay=delay,
                                                    deliver_at=deliver_at, ttl=ttl, dedup_id=dedup_id)
         if span is None:  # not tracing: the path of every send, kept as short as before
-            future = self._client.produce_future(self._topics.messages, data, self._key, out,
-                                                 partition=partition)
+            future = self._client.produce_future(
+                self._topics.messages, data, self._key, out,
+                partition=self._client.next_partition() if partition is None else partition)
         else:
             future = self._produce(OutgoingRecord(data, out, span, partition))
         if on_delivery is not None:
@@ -202,8 +203,9 @@ class Producer:
         """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
         of waiting for room."""
         try:
-            future = self._client.produce_future(self._topics.messages, record.data, self._key, record.headers,
-                                                 block=block, partition=record.partition)
+            future = self._client.produce_future(
+                self._topics.messages, record.data, self._key, record.headers, block=block,
+                partition=self._client.next_partition() if record.partition is None else record.partition)
         except Exception as err:
             if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
                 otel.end_send(record.span, None, err)

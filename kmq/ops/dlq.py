@@ -16,6 +16,7 @@ the queue's new set (docs/concepts/topic-sets.md).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
@@ -134,8 +135,9 @@ def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
                               warm_topic=config.topics_for(queue).messages)
     try:
         futures = []
+        now_ms = wire.now_ms()
         for letter in letters:
-            headers = list(letter.headers.items())
+            headers = redriven_headers(letter.headers, now_ms)
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
             futures.append(producer.produce_future(config.topics_for(queue).messages, letter.payload, queue.encode(),
@@ -144,6 +146,15 @@ def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
             future.result(config.connect_timeout_ms / 1000 + 20)
     finally:
         producer.close()
+
+
+def redriven_headers(headers: Mapping[str, bytes], now_ms: int) -> list[tuple[str, bytes]]:
+    """A redriven copy's headers: the letter's, less an expiry already past (the copy of a letter dead-lettered
+    as expired went straight back to the dead-letter topic). The time limit and the rest stay."""
+    expires = headers.get(wire.HEADER_EXPIRES_AT)
+    if expires is not None and expires.isdigit() and int(expires) <= now_ms:
+        return [(k, v) for k, v in headers.items() if k != wire.HEADER_EXPIRES_AT]
+    return list(headers.items())
 
 
 def _after(found: Found) -> list[TopicPartition]:

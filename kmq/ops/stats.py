@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from kmq import _kafka, wire
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
-from kmq.errors import TopicError
+from kmq.errors import KafkaClientError, TopicError
 from kmq.ops import lifecycle
 from kmq.ops.lifecycle import Context, DeadLetter, DeliveryFold, QueueSummary, Record, classify, summarise
 from kmq.topic_sets import DEFAULT_SET, TopicSet
@@ -37,23 +37,29 @@ def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None
     admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
     timeout_s = config.connect_timeout_ms / 1000
     prefix = topics.consumer_group("")  # a queue's group is the prefix and the queue
-    if queues is None:
-        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
-        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
-    else:
-        groups = [topics.consumer_group(q) for q in queues]
-    futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
-    out: dict[str, dict[int, int]] = {}
-    for group, future in zip(groups, futures, strict=True):
-        try:
-            result = future[group].result(timeout_s)
-        except KafkaException as exc:
-            raise _kafka.to_kmq_error(exc, f"committed offsets of consumer group {group!r}") from exc
-        offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                   if tp.topic == topics.messages and tp.offset >= 0}
-        if offsets:
-            out[group[len(prefix):]] = offsets
+    try:
+        if queues is None:
+            listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+            groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+        else:
+            groups = [topics.consumer_group(q) for q in queues]
+        futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
+            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
+        out: dict[str, dict[int, int]] = {}
+        for group, future in zip(groups, futures, strict=True):
+            try:
+                result = future[group].result(timeout_s)
+            except KafkaException as exc:
+                raise _kafka.to_kmq_error(exc, f"committed offsets of consumer group {group!r}") from exc
+            offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
+                       if tp.topic == topics.messages and tp.offset >= 0}
+            if offsets:
+                out[group[len(prefix):]] = offsets
+    except TimeoutError:  # the futures' own timeout: a bare TimeoutError (a traceback and no word of Kafka)
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:g}s "
+                               "(asking for the queues' committed offsets)", retriable=True) from None
+    except KafkaException as exc:
+        raise _kafka.to_kmq_error(exc, "the queues' committed offsets") from exc
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -270,8 +271,18 @@ class LocalKafka:
 
 # --- `make kafka-up` / `make kafka-down`: a broker that outlives the command that started it -----------
 
+def run_dir(checkout: Path | None = None) -> Path:
+    """Where `make kafka-up` and `make cluster-up` keep their state and data: a directory per checkout (this one's,
+    by default), so a second checkout's `make kafka-down` stops its own broker, not the first one's."""
+    if checkout is None:
+        root = Path(__file__).resolve().parents[2]
+        checkout = root if (root / "pyproject.toml").exists() else Path.cwd()
+    checkout = checkout.resolve()
+    return cache_root() / "run" / f"{checkout.name}-{hashlib.sha256(str(checkout).encode()).hexdigest()[:10]}"
+
+
 def _state_file() -> Path:
-    return cache_root() / "run" / "broker.json"
+    return run_dir() / "broker.json"
 
 
 def up(port: int | None) -> str:
@@ -281,8 +292,9 @@ def up(port: int | None) -> str:
         if alive(int(info["pid"])):
             return str(info["bootstrap"])
         state.unlink()
-    work = cache_root() / "run" / "broker"
+    work = run_dir() / "broker"
     shutil.rmtree(work, ignore_errors=True)
+    work.parent.mkdir(parents=True, exist_ok=True)
     broker = LocalKafka(port=port, detached=True, work_dir=work).start()
     assert broker.process is not None
     state.write_text(json.dumps({"pid": broker.process.pid, "bootstrap": broker.bootstrap_servers,

@@ -34,7 +34,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kmq._maven import cache_root
 from kmq.testing.broker import (
     KAFKA_VERSION,
     BrokerError,
@@ -45,6 +44,7 @@ from kmq.testing.broker import (
     log4j2_properties,
     new_cluster_id,
     render_properties,
+    run_dir,
     server_properties,
 )
 from kmq.testing.cluster_admin import ClusterAdmin
@@ -277,7 +277,7 @@ def quorum_leader(nodes: list[ClusterNode]) -> int | None:
 # --- `make cluster-up` / `make cluster-down`: nodes that outlive the command that started them ---------------
 
 def state_file() -> Path:
-    return cache_root() / "run" / "cluster.json"
+    return run_dir() / "cluster.json"
 
 
 def attach() -> LocalCluster | None:
@@ -300,7 +300,7 @@ def up(overrides: Mapping[str, str] | None = None) -> str:
         if any(n.alive for n in running.nodes):
             return running.bootstrap_servers
         state_file().unlink()
-    work = cache_root() / "run" / "cluster"
+    work = run_dir() / "cluster"
     shutil.rmtree(work, ignore_errors=True)
     cluster = LocalCluster(detached=True, work_dir=work, overrides=dict(overrides or {})).start()
     _save(cluster)

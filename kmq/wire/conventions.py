@@ -34,6 +34,7 @@ __all__ = [
     "INTERNAL_HEADERS",
     "MAX_DEDUP_ID_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
+    "OPTION_HEADERS",
     "PRIVATE_GROUP_PREFIX",
     "PURGED_REASON",
     "REDRIVE_GROUP_PREFIX",
@@ -169,10 +170,14 @@ HEADER_DEDUP_ID = "kmq-dedup-id"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
-#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit and the due time stay
-#: visible: they travel with the payload through Starts and redelivered copies).
+#: kmq's own headers of a delivery, which a Message reads into its fields (``delivery_count``,
+#: ``first_message_id``, ``enqueued_at_ms``) and never carries.
 INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
                               HEADER_DLQ_QUEUE})
+#: The send options a producer writes as headers: a Message carries them (they travel with the payload through
+#: Starts and redelivered copies) and shows them as ``time_limit``, ``deliver_at`` and ``expires_at``, not in
+#: ``Message.headers``.
+OPTION_HEADERS = frozenset({HEADER_TIME_LIMIT, HEADER_DELIVER_AT, HEADER_EXPIRES_AT})
 
 
 class DeliveryHeaders(NamedTuple):

@@ -272,7 +272,8 @@ class InFlightMessages:
 def _dead_letter(producer: MarkerProducer, config: Config, topics: TopicSet, message: Message, reason: str) -> None:
     """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
     delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
-    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(list(message.headers.items()))
+    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(
+        list(message.record_headers.items()))
     try:
         producer.produce_future(topics.dead_letters, message.payload, message.queue.encode(), headers).result(
             config.connect_timeout_ms / 1000 + 20)

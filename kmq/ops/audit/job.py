@@ -89,11 +89,12 @@ def session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
 def run(config: Config, options: AuditOptions, spark: SparkSession | None = None) -> dict[str, Any]:
     """Runs the audit; writes lifecycle and summary Parquet, summary.json and audit.png into ``out_dir``. With
     ``spark``, runs in that session and leaves it open."""
+    started = time.monotonic()
+    # First: a broker that does not answer is one line, before Spark starts.
+    snap = snapshot(config, audited_set(config, options), options.from_ms)
     own = spark is None
     spark = spark or session(options.master, options.spark_conf)
-    started = time.monotonic()
     try:
-        snap = snapshot(config, audited_set(config, options), options.from_ms)
         now_ms = options.now_ms if options.now_ms is not None else wire_now_ms()
         topics = read(spark, config, snap, min_partitions=2 * spark.sparkContext.defaultParallelism)
         window = options.from_ms is not None or options.to_ms is not None

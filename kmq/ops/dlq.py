@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from confluent_kafka import Message as KafkaMessage
 from confluent_kafka import TopicPartition
 
 from kmq import _kafka, wire
@@ -49,19 +50,22 @@ class DeadLetter:
 Found = list[tuple[DeadLetter, TopicPartition]]
 
 
+def dead_letter(record: KafkaMessage, queue: str) -> DeadLetter:
+    """A record of the dead-letter topic, of ``queue``, as a DeadLetter."""
+    headers = _kafka.header_dict(record)
+    said = wire.DeadLetterHeaders.parse(headers)
+    return DeadLetter(queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers),
+                      reason=said.reason, delivery_count=said.delivery.delivery_count,
+                      first_message_id=str(said.delivery.first_message_id or ""), dlq_id=_kafka.message_id(record))
+
+
 def _read(replay: TopicReplay, queue: str, limit: int | None) -> Found:
     key = queue.encode()
     found: Found = []
     for record in replay.records():
         if record.key() != key:
             continue
-        headers = _kafka.header_dict(record)
-        said = wire.DeadLetterHeaders.parse(headers)
-        letter = DeadLetter(
-            queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers), reason=said.reason,
-            delivery_count=said.delivery.delivery_count,
-            first_message_id=str(said.delivery.first_message_id or ""),
-            dlq_id=_kafka.message_id(record))
+        letter = dead_letter(record, queue)
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
         if limit is not None and len(found) >= limit:
@@ -91,7 +95,7 @@ def redrive(config: Config, queue: str, limit: int | None = None) -> int:
     with TopicReplay(config, config.dlq_topic, group=wire.redrive_group(queue)) as replay:
         found = _read(replay, queue, limit)
         if found:
-            _put_back(config, queue, [letter for letter, _ in found])
+            put_back(config, queue, [letter for letter, _ in found])
         # Commit only once every copy is durable: a crash in between redrives twice, never loses one. A read not
         # stopped by the limit saw everything up to the end: the next redrive starts there, not at the last letter.
         positions = replay.positions() if limit is None or len(found) < limit else _after(found)
@@ -106,7 +110,8 @@ def redrive(config: Config, queue: str, limit: int | None = None) -> int:
         return len(found)
 
 
-def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
+def put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
+    """Writes each letter back onto the queue, durably (it starts again at delivery count 1, under its first id)."""
     producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive",
                               warm_topic=config.message_topic)
     try:

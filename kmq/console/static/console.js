@@ -18,9 +18,11 @@
     el.textContent = "";
     const opts = {
       width: Math.max(260, el.clientWidth || 360), height: 170,
-      series: [{}, ...lines.map(([label], i) => ({label, stroke: palette[i], width: 1.5, spanGaps: false}))],
+      // Points too: a minute with an ack between two without is a single point, which a line alone would not show.
+      series: [{}, ...lines.map(([label], i) => ({label, stroke: palette[i], width: 1.5, spanGaps: false,
+                                                   points: {show: true, size: 4}}))],
       axes: [{}, {size: 56}],
-      legend: {show: true},
+      legend: {show: true, live: false},
     };
     new uPlot(opts, [data.t, ...lines.map(([, values]) => values)], el);
   }

@@ -214,10 +214,11 @@ def redrive_offsets(config: Config, queues: Iterable[str]) -> dict[str, dict[int
         return {}
     admin = AdminClient(_kafka.base_settings(config, "kmq-console-admin"))
     timeout_s = config.connect_timeout_ms / 1000
-    groups = {wire.redrive_group(q): q for q in names}
+    asked = {q: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(wire.redrive_group(q))])
+             for q in names}  # all asked at once, then waited for
     out: dict[str, dict[int, int]] = {}
-    for group, q in groups.items():
-        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout_s)
+    for q, futures in asked.items():
+        result = futures[wire.redrive_group(q)].result(timeout_s)
         out[q] = {tp.partition: tp.offset for tp in result.topic_partitions or []
                   if tp.topic == config.dlq_topic and tp.offset >= 0}
     return out

@@ -29,6 +29,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: Records applied to the model at a time: pages wait for the lock at most this long while a backlog is read.
 CHUNK = 5_000
+#: Messages classified at a time, likewise.
+REFRESH_SLICE = 20_000
 T = TypeVar("T")
 
 
@@ -66,21 +68,30 @@ class Follower:
         """Reads what was written since the last round and classifies again what it touched."""
         started = time.monotonic()
         model, config, topic_set = self.model, self.config, self._follow.topics
-        committed = topics.committed_offsets(config)
+        # Read before the markers, as kmq stats does (a record committed past has its Start read), and less often
+        # than they are (one request per queue): older offsets only leave a consumed record waiting a little longer.
+        groups_due = time.monotonic() - self._groups_at >= self._groups_every_s or not self.caught_up.is_set()
+        committed = topics.committed_offsets(config) if groups_due else None
         control = list(self._follow.records(topic_set.control))
         with model.lock:
-            model.live.set_committed(committed)
+            if committed is not None:
+                model.live.set_committed(committed)
             for record in control:
                 model.control.apply(record.key() or b"", record.value(), record.offset() or 0)
             model.live.set_purged_before(model.control.purged_before)
         read = self._apply(self._follow.records(topic_set.markers), self._marker)
         read += self._apply(self._follow.records(topic_set.messages), self._message)
         read += self._apply(self._follow.records(topic_set.dead_letters), self._dead_letter)
-        if time.monotonic() - self._groups_at >= self._groups_every_s or not self.caught_up.is_set():
+        if groups_due:
             self._groups_at = time.monotonic()
             self._read_groups()
+        now = self._clock()
+        while True:  # a slice at a time: pages read in between (a first round classifies every message)
+            with model.lock:
+                model.refresh(now, REFRESH_SLICE)
+                if not model.live.pending:
+                    break
         with model.lock:
-            model.refresh(self._clock())
             status = model.status
             status.rounds += 1
             status.records += read

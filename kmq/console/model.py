@@ -79,8 +79,9 @@ class Model:
         self.live.add_dead_letter(dead)
         self.series.count(letter.queue, s.DEAD_LETTERED, letter.at_ms)
 
-    def refresh(self, now_ms: int) -> list[Change]:
-        changes = self.live.refresh(now_ms)
+    def refresh(self, now_ms: int, most: int | None = None) -> list[Change]:
+        """Classifies again what the records read since touched (``most`` at a time: see LiveLifecycles)."""
+        changes = self.live.refresh(now_ms, most)
         for change in changes:
             self._move_backlog(change, now_ms)
         self.series.prune(now_ms)

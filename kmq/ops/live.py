@@ -21,6 +21,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import NamedTuple
 
 from kmq.ops.lifecycle import (
@@ -161,8 +162,15 @@ class LiveLifecycles:
 
     # --- classification --------------------------------------------------------------------------------------------
 
-    def refresh(self, now_ms: int) -> list[Change]:
-        """Classifies again what changed since the last refresh (``now_ms`` never goes back); returns the changes."""
+    @property
+    def pending(self) -> int:
+        """Messages waiting for a refresh to classify them (after one that stopped at ``most``)."""
+        return len(self._dirty) + len(self._dirty_queues)
+
+    def refresh(self, now_ms: int, most: int | None = None) -> list[Change]:
+        """Classifies again what changed since the last refresh (``now_ms`` never goes back); returns the changes.
+        With ``most``, about that many messages at a time (a whole queue's go together): call again while
+        ``pending``, e.g. to let readers in between."""
         while self._deadlines and self._deadlines[0][0] < now_ms:
             self._dirty.add(heapq.heappop(self._deadlines)[1])
         whole = self._dirty_queues | {q for q in self._go_queues if any(k[0] == q for k in self._dirty)}
@@ -170,6 +178,11 @@ class LiveLifecycles:
         for queue in whole:
             keys |= self._by_queue.get(queue, set())
         self._dirty, self._dirty_queues = set(), set()
+        if most is not None and len(keys) > most:
+            later = {k for k in keys if k[0] not in whole}
+            later = set(islice(later, max(0, len(later) - max(0, most - (len(keys) - len(later))))))
+            keys -= later
+            self._dirty = later
         if not keys:
             return []
         context = Context(now_ms, self._committed, self._purged_before, self._at_most_once)

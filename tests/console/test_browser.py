@@ -27,8 +27,8 @@ def test_the_overview_shows_every_queue_the_trackers_and_the_charts(deployment: 
     base = deployment.urls[0]
     log_in(page, base, "bob")  # a viewer
     page.goto(base + "/")
-    rows = {r.query_selector("td").inner_text(): r.inner_text() for r in page.query_selector_all("table.queues tbody tr")}
-    assert set(rows) == {"billing", "emails", "reports"}
+    names = {row.query_selector("td").inner_text() for row in page.query_selector_all("table.queues tbody tr")}
+    assert names == {"billing", "emails", "reports"}
     assert page.query_selector_all(".chart canvas"), "uPlot drew no chart (a script blocked?)"
     wait_for_text(page, base + "/", ".health", "Healthy")
     wait_for_text(page, base + "/", "table.queues", "reports")

@@ -66,7 +66,10 @@ def _rounds(sink: MemorySink, outcome: Outcome, rng: random.Random, forget_acked
             live.add_dead_letter(letter)
             dead.append(letter)
         done = [marks[i], messages[i], letters[i]]
-        live.refresh(now_ms)
+        most = rng.choice((None, 1, 7, 50))
+        live.refresh(now_ms, most)
+        while live.pending:  # a slice at a time, as the console's follower does
+            live.refresh(now_ms, most)
         batch = lifecycle.classify(fold.deliveries, records, dead,
                                    lifecycle.Context(now_ms, committed, purged, AT_MOST_ONCE))
         _check(live, batch, forget_acked)

@@ -151,10 +151,13 @@ def message(request: Request) -> Response:
         found = views.message(console.model, key) if key is not None and key[0] == name else None
     if key is None or found is None:
         raise HTTPException(404, f"no message {wanted} of queue {name!r} in what the console read")
-    told = story.read(console.config, console.model, key)
+    try:
+        told, failed = story.read(console.config, console.model, key), ""
+    except KmqError as err:  # the broker away: what the console folded is still worth showing
+        told, failed = None, str(err)
     view = request.query_params.get("view", "text")
     return console.render(request, "message.html", title=f"{name} {key[1]}", queue=name, found=found, told=told,
-                          view=view if view in ("text", "json", "hex") else "text")
+                          failed=failed, view=view if view in ("text", "json", "hex") else "text")
 
 
 def letter_filter(params: object) -> LetterFilter:

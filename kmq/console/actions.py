@@ -162,11 +162,11 @@ def _redriven_prefix(model: Model, queue: str, redriven: set[MessageId]) -> dict
     committed = model.letters.redriven_up_to(queue)
     out: dict[int, int] = {}
     mine = model.letters.select(LetterFilter(queue=queue, status=ANY), model.state_of)
-    for letter in sorted(mine, key=lambda lt: lt.dlq_id):
+    for letter, waits in sorted(mine, key=lambda item: item[0].dlq_id):
         p = letter.dlq_id.partition
         if p in blocked:
             continue
-        if letter.dlq_id in redriven or not model.letters.waits(letter, model.state_of):
+        if letter.dlq_id in redriven or not waits:
             out[p] = letter.dlq_id.offset + 1
         else:
             blocked.add(p)

@@ -1,6 +1,6 @@
-"""``kmq-console`` / ``python -m kmq.console``: serve the web console.
+"""``kmq console``, ``kmq-console``, ``python -m kmq.console``: serve the web console.
 
-The CLI hooks it in as ``kmq console`` with ``add_arguments`` (on its sub-parser) and ``run(config, args)``;
+``kmq console`` (kmq.cli.console) adds ``add_arguments`` to its sub-parser and calls ``run(config, args)``;
 ``main`` is the stand-alone entry point (it loads the config itself, as ``kmq-redelivery-tracker`` does).
 """
 
@@ -66,9 +66,12 @@ def run(config: Config, args: argparse.Namespace, env: Mapping[str, str] | None 
 
 
 def serve(config: Config, settings: Settings) -> None:
-    import uvicorn
+    try:
+        import uvicorn
 
-    from kmq.console.app import create_app
+        from kmq.console.app import create_app
+    except ImportError as err:
+        raise KmqError(f"the console needs its extra ({err.name} is missing): pip install 'kmq[console]'") from err
     from kmq.console.follower import Follower
     from kmq.console.model import Model
 
@@ -116,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hash_password:
         return _hash_password()
     try:
-        # KMQ_CONSOLE_* are the console's own, not kmq configuration fields.
-        env = {k: v for k, v in os.environ.items() if not k.startswith(console_settings.ENV_PREFIX)}
-        config = Config.from_yaml(args.config, env) if args.config else Config.load(env=env)
+        config = Config.from_yaml(args.config) if args.config else Config.load()
         return run(config, args)
     except KmqError as err:
         print(f"kmq-console: error: {err}", file=sys.stderr)

@@ -31,6 +31,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 CHUNK = 5_000
 #: Messages classified at a time, likewise.
 REFRESH_SLICE = 20_000
+#: Records read between two classifications in a long round.
+CLASSIFY_EVERY = 200_000
 T = TypeVar("T")
 
 
@@ -85,12 +87,7 @@ class Follower:
         if groups_due:
             self._groups_at = time.monotonic()
             self._read_groups()
-        now = self._clock()
-        while True:  # a slice at a time: pages read in between (a first round classifies every message)
-            with model.lock:
-                model.refresh(now, REFRESH_SLICE)
-                if not model.live.pending:
-                    break
+        self._refresh()
         with model.lock:
             status = model.status
             status.rounds += 1
@@ -117,13 +114,30 @@ class Follower:
             for queue, offsets in redriven.items():
                 model.letters.set_redriven_up_to(queue, offsets)
 
+    def _refresh(self) -> None:
+        """Classifies what was read, a slice at a time: pages read in between (a first round classifies every
+        message)."""
+        now = self._clock()
+        while True:
+            with self.model.lock:
+                self.model.refresh(now, REFRESH_SLICE)
+                if not self.model.live.pending:
+                    return
+
     def _apply(self, records: Iterator[KafkaMessage], apply: Callable[[KafkaMessage], None]) -> int:
-        count = 0
+        count = unclassified = 0
         for chunk in _chunks(records, CHUNK):
             with self.model.lock:
                 for record in chunk:
                     apply(record)
             count += len(chunk)
+            unclassified += len(chunk)
+            if unclassified >= CLASSIFY_EVERY:
+                # A long read (the first round) classifies as it goes: what is acked is then forgotten (kmq.ops.live),
+                # so memory holds the messages still moving, not the whole topics. (Its state is final; a round
+                # classifies all again at its end.)
+                self._refresh()
+                unclassified = 0
         return count
 
     def _marker(self, record: KafkaMessage) -> None:

@@ -57,12 +57,14 @@ class Letters:
         self._all: list[Letter] = []
         self._by_id: dict[MessageId, Letter] = {}
         self._of_message: dict[Key, list[Letter]] = {}
+        self._reasons: dict[str, int] = {}
         #: queue -> dead-letter partition -> the redrive group's committed offset.
         self._redriven_up_to: dict[str, dict[int, int]] = {}
 
     def add(self, letter: Letter) -> None:
         self._all.append(letter)
         self._by_id[letter.dlq_id] = letter
+        self._reasons[letter.reason] = self._reasons.get(letter.reason, 0) + 1
         if letter.key is not None:
             self._of_message.setdefault(letter.key, []).append(letter)
 
@@ -88,18 +90,12 @@ class Letters:
             return True
         return self._of_message[letter.key][-1] is letter and state_of(letter.key) == v.DEAD_LETTERED
 
-    def select(self, wanted: LetterFilter, state_of: Callable[[Key], str | None]) -> Iterator[Letter]:
-        """The letters ``wanted`` selects, newest first."""
+    def select(self, wanted: LetterFilter, state_of: Callable[[Key], str | None]) -> Iterator[tuple[Letter, bool]]:
+        """The letters the filter selects but for their status, newest first, each with whether it waits."""
         for letter in reversed(self._all):
-            if not wanted.matches(letter):
-                continue
-            if wanted.status != ANY and self.waits(letter, state_of) != (wanted.status == WAITING):
-                continue
-            yield letter
+            if wanted.matches(letter):
+                yield letter, self.waits(letter, state_of)
 
     def reasons(self, limit: int = 20) -> list[tuple[str, int]]:
         """The most common reasons of the letters read, with how many."""
-        counts: dict[str, int] = {}
-        for letter in self._all:
-            counts[letter.reason] = counts.get(letter.reason, 0) + 1
-        return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return sorted(self._reasons.items(), key=lambda item: (-item[1], item[0]))[:limit]

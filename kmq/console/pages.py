@@ -194,11 +194,9 @@ def dead_letters(request: Request) -> Response:
             found = reader.newest_first(console.config.dlq_topic, _matcher(field, text, wanted.queue or None),
                                         console.settings.page_size, SEARCH_BUDGET)
     with console.model.lock:
-        if found is None:
-            listed = views.letters(console.model, wanted, _page(request), console.settings.page_size)
-        else:
+        listed, waiting = views.letters(console.model, wanted, _page(request), console.settings.page_size)
+        if found is not None:
             listed = views.letter_rows(console.model, [_id(r) for r in found.records])
-        waiting = len(views.waiting_letters(console.model, wanted))
         reasons = console.model.letters.reasons()
         queues = console.model.letters.queues()
     return console.render(request, "dead_letters.html", title="Dead letters", wanted=wanted, listed=listed,

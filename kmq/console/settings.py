@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kmq.config import CONSOLE_ENV_PREFIX
 from kmq.errors import ConfigError
 
 OPERATOR, VIEWER = "operator", "viewer"
 ROLES = (OPERATOR, VIEWER)
-ENV_PREFIX = "KMQ_CONSOLE_"
+ENV_PREFIX = CONSOLE_ENV_PREFIX
 ENV = frozenset(ENV_PREFIX + name for name in ("OPERATOR_PASSWORD_HASH", "OPERATOR_TOKEN", "SESSION_SECRET",
                                               "USERS_FILE", "HOST", "PORT"))
 

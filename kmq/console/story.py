@@ -55,11 +55,17 @@ def read(config: Config, model: Model, key: Key) -> Story | None:
         letter_ids = [letter.dlq_id for letter in model.letters.of_message(key)]
         partitions = sorted(model.workers.marker_partitions.get(queue, ()))
         state = model.live.state_of(key)
+        held = key in model.live.lives  # not forgotten: the console holds every delivery of it
+        starts = [d.start_ms for _, d in model.live.deliveries(key)]
+    if held and not starts:
+        partitions = []  # never Started: it has no markers
     with Reader(config) as reader:
         copies = {mid: r for mid, r in reader.at(config.message_topic, ids).items() if _queue(r) == queue}
         if not copies:
             return None
-        since_ms = min(_kafka.record_timestamp_ms(r) for r in copies.values()) - 1_000
+        # From its first Start when the console holds its deliveries, else from its enqueue time (a little before:
+        # the clocks of producer and broker differ).
+        since_ms = (min(starts) if starts else min(_kafka.record_timestamp_ms(r) for r in copies.values())) - 1_000
         markers, cut_short = _markers(reader, config.marker_topic, partitions, since_ms, first, ids,
                                       settled=state not in (None, *_MOVING))
         more = ids - set(copies)

@@ -9,7 +9,7 @@ from itertools import islice
 from typing import Any
 
 from kmq.console import series as s
-from kmq.console.letters import Letter, LetterFilter
+from kmq.console.letters import ANY, WAITING, Letter, LetterFilter
 from kmq.console.model import Model, Status
 from kmq.console.workers import Group, Instance, Member
 from kmq.ops.lifecycle import Delivery, Key
@@ -211,10 +211,19 @@ class LetterRow:
     state: str
 
 
-def letters(model: Model, wanted: LetterFilter, page: int, size: int) -> Page:
-    selected = list(model.letters.select(wanted, model.state_of))
-    return Page([_letter_row(model, letter) for letter in selected[page * size:(page + 1) * size]], page, size,
-                len(selected))
+def letters(model: Model, wanted: LetterFilter, page: int, size: int) -> tuple[Page, int]:
+    """A page of the letters ``wanted`` selects, and how many of those it selects but for their status wait (what
+    a redrive by this filter puts back): one pass."""
+    rows: list[LetterRow] = []
+    total = waiting = 0
+    first = page * size
+    for letter, waits in model.letters.select(wanted, model.state_of):
+        waiting += waits
+        if wanted.status == ANY or waits == (wanted.status == WAITING):
+            if first <= total < first + size:
+                rows.append(_letter_row(model, letter, waits))
+            total += 1
+    return Page(rows, page, size, total), waiting
 
 
 def letter_rows(model: Model, ids: list[MessageId]) -> Page:
@@ -223,12 +232,11 @@ def letter_rows(model: Model, ids: list[MessageId]) -> Page:
     return Page([_letter_row(model, letter) for letter in found], 0, max(1, len(found)), len(found))
 
 
-def _letter_row(model: Model, letter: Letter) -> LetterRow:
-    return LetterRow(letter, model.letters.waits(letter, model.state_of),
+def _letter_row(model: Model, letter: Letter, waits: bool | None = None) -> LetterRow:
+    return LetterRow(letter, model.letters.waits(letter, model.state_of) if waits is None else waits,
                      (model.state_of(letter.key) if letter.key else None) or "")
 
 
 def waiting_letters(model: Model, wanted: LetterFilter) -> list[Letter]:
     """What a redrive by ``wanted`` would put back: the letters it selects that still wait."""
-    return [letter for letter in model.letters.select(wanted, model.state_of)
-            if model.letters.waits(letter, model.state_of)]
+    return [letter for letter, waits in model.letters.select(wanted, model.state_of) if waits]

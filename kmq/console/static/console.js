@@ -18,9 +18,11 @@
     el.textContent = "";
     const opts = {
       width: Math.max(260, el.clientWidth || 360), height: 170,
-      // Points too: a minute with an ack between two without is a single point, which a line alone would not show.
+      // Times in UTC, as every page gives them.
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+      // Percentiles have gaps (minutes without an ack): points too, or a lone minute would not show.
       series: [{}, ...lines.map(([label], i) => ({label, stroke: palette[i], width: 1.5, spanGaps: false,
-                                                   points: {show: true, size: 4}}))],
+                                                   points: {show: el.dataset.kind === "processing", size: 4}}))],
       axes: [{}, {size: 56}],
       legend: {show: true, live: false},
     };

@@ -8,6 +8,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from kmq.console import command
+from kmq.console.settings import Settings, token_sha256
 
 
 def test_hash_password_prints_an_argon2_hash_of_what_it_reads(monkeypatch: pytest.MonkeyPatch,
@@ -38,3 +39,16 @@ def test_the_console_s_variables_are_not_taken_for_kmq_settings(monkeypatch: pyt
     monkeypatch.setenv("KMQ_CONSOLE_HOST", "0.0.0.0")  # read as the console's (and refused as above), not kmq's
     assert command.main([]) == command.EXIT_ERROR
     assert "--anonymous-viewers" in capsys.readouterr().err
+
+
+def test_kmq_console_serves_with_the_console_s_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kmq.cli import main
+
+    served: list[Settings] = []
+    monkeypatch.setattr(command, "serve", lambda config, settings: served.append(settings))
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("KMQ_CONSOLE_OPERATOR_TOKEN", "a-token")  # the console's: no unknown-variable error
+    assert main(["console", "--port", "18099", "--refresh", "2"]) == 0
+    (settings,) = served
+    assert (settings.host, settings.port, settings.refresh_s) == ("127.0.0.1", 18099, 2.0)
+    assert settings.users["operator"].token_sha256 == token_sha256("a-token")

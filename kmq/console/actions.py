@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from kmq import wire
 from kmq.console import auth, topics, views
 from kmq.console.letters import ANY, Letter, LetterFilter
 from kmq.console.model import Model
@@ -76,7 +77,7 @@ async def pause(request: Request) -> Response:
             moment = datetime.fromisoformat(until_text)
         except ValueError:
             raise HTTPException(400, f"{until_text!r} is not a time (YYYY-MM-DDTHH:MM, UTC)") from None
-        until_ms = int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+        until_ms = wire.ms_from_datetime(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
         if until_ms <= console.clock():
             raise HTTPException(400, f"pause until {until_text} UTC: that time has passed")
     await run_in_threadpool(topics.pause, console.config, name, until_ms)

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from kmq import _kafka
+from kmq import _kafka, wire
 from kmq.console import auth, story, views
 from kmq.console.letters import ANY, REDRIVEN, WAITING, LetterFilter
 from kmq.console.topics import Reader
@@ -177,7 +177,7 @@ def _ms(text: str | None) -> int | None:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise HTTPException(400, f"{text!r} is not a time (YYYY-MM-DDTHH:MM, UTC)") from None
-    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+    return wire.ms_from_datetime(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
 
 
 def dead_letters(request: Request) -> Response:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -65,7 +64,7 @@ def templates() -> Jinja2Templates:
 def _time(ms: int | None) -> str:
     if not ms:
         return "—"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return wire.datetime_from_ms(ms).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _age(ms: int | None, now_ms: int) -> str:

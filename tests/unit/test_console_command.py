@@ -11,6 +11,13 @@ from kmq.console import command
 from kmq.console.settings import Settings, token_sha256
 
 
+@pytest.fixture(autouse=True)
+def _logs_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """main() sets structlog up on the stderr of the moment (pytest's capture, closed after the test): later tests
+    of the same process would log to a closed file."""
+    monkeypatch.setattr("kmq.logs.configure", lambda *args, **kwargs: None)
+
+
 def test_hash_password_prints_an_argon2_hash_of_what_it_reads(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("a long enough password\n"))

@@ -34,6 +34,12 @@ def test_the_overview_shows_every_queue_the_trackers_and_the_charts(deployment: 
     wait_for_text(page, base + "/", "table.queues", "reports")
     screenshot(page, "overview")
     assert "Pause" not in page.content()  # a viewer sees no action
+    # live: htmx fetches the page again every 5 s and swaps its live part in, charts redrawn, under the CSP
+    with page.expect_response(lambda r: r.request.headers.get("hx-request") == "true", timeout=15_000) as live:
+        pass
+    assert live.value.status == 200
+    page.wait_for_timeout(300)
+    assert len(page.query_selector_all(".chart canvas")) == 3
 
 
 def test_the_queue_page_lists_messages_by_state_with_paging(deployment: Deployment, page: Page) -> None:

@@ -1,4 +1,4 @@
-// The console's only script: draws the charts (uPlot) from the JSON each page carries, again after htmx refreshes
+// The console's only script: draws the charts (uPlot) from the JSON each page carries (data-chart), again after htmx refreshes
 // a page's live part, and ticks "select all" on the dead letters page. No inline script anywhere (the CSP forbids it).
 (function () {
   "use strict";
@@ -11,9 +11,9 @@
   };
 
   function draw(el) {
-    const source = document.getElementById(el.dataset.source);
-    if (!source) return;
-    const data = JSON.parse(source.textContent);
+    const holder = el.closest(".charts");
+    if (!holder) return;
+    const data = JSON.parse(holder.dataset.chart);
     const lines = kinds[el.dataset.kind](data);
     el.textContent = "";
     const opts = {

@@ -85,6 +85,7 @@ class Model:
         for change in changes:
             self._move_backlog(change, now_ms)
         self.series.prune(now_ms)
+        self.workers.forget_idle(now_ms)
         return changes
 
     def _move_backlog(self, change: Change, now_ms: int) -> None:

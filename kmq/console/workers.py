@@ -102,6 +102,12 @@ class Workers:
             self._holder[mid] = marker.instance_id
             found.held[mid] = queue
 
+    def forget_idle(self, now_ms: int, idle_ms: int = 3_600_000) -> None:
+        """Drops the instances that hold nothing and wrote no marker for ``idle_ms`` (a restarted worker is a new
+        instance: without this, a console running for weeks would list every process that ever ran)."""
+        for name in [n for n, i in self.instances.items() if not i.held and i.last_seen_ms < now_ms - idle_ms]:
+            del self.instances[name]
+
     def holder(self, mid: MessageId) -> Instance | None:
         name = self._holder.get(mid)
         return None if name is None else self.instances[name]

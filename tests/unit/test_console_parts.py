@@ -67,3 +67,17 @@ def test_a_letter_waits_while_its_message_is_dead_lettered_and_it_is_the_newest(
     assert chosen(LetterFilter(status=ANY, reason="TIME")) == [2]
     letters.set_redriven_up_to("q", {0: 2})  # kmq dlq redrive went past it
     assert chosen(LetterFilter(status=WAITING)) == []
+
+
+def test_an_idle_instance_holding_nothing_is_forgotten_after_an_hour() -> None:
+    from kmq.console.workers import Workers
+    from kmq.wire.markers import Marker, MarkerType
+
+    workers = Workers()
+    start = Marker(MarkerType.START, MessageId(0, 1), instance_id="web-1:10")
+    workers.marker(start, "q", 0, T0)
+    workers.marker(Marker(MarkerType.START, MessageId(0, 2), instance_id="web-2:20"), "q", 0, T0)
+    workers.marker(Marker(MarkerType.END, MessageId(0, 1), instance_id="web-1:10"), "q", 0, T0 + 1)
+    workers.forget_idle(T0 + 2 * 3_600_000)
+    assert list(workers.instances) == ["web-2:20"]  # it still holds 0:2
+    assert workers.holder(MessageId(0, 2)) is workers.instances["web-2:20"]

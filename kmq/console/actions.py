@@ -20,7 +20,7 @@ from kmq.console import auth, topics, views
 from kmq.console.letters import ANY, Letter, LetterFilter
 from kmq.console.model import Model
 from kmq.console.pages import letter_filter, parse_id
-from kmq.console.web import Console, console_of, url
+from kmq.console.web import Console, console_of, local_path, url
 from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -46,8 +46,7 @@ async def login(request: Request) -> Response:
     await auth.check_csrf(request, "log in")
     form = await request.form()
     name, secret = str(form.get("user", "")), str(form.get("password", ""))
-    target = str(form.get("next", "/"))
-    target = target if target.startswith("/") and not target.startswith("//") else "/"
+    target = local_path(str(form.get("next", "/")))
     user = console.settings.users.get(name)
     if not await run_in_threadpool(auth.check, user, secret):
         log.warning("console_login_failed", user=name, client=auth.who(request).client)
@@ -138,8 +137,7 @@ async def redrive(request: Request) -> Response:
     log.info("console_action", action="redrive", mode=mode, letters=done, user=str(asking), client=asking.client,
              **({"filter": {k: str(v) for k, v in form.items() if k not in ("csrf", "expect", "mode")}}
                 if mode == "filter" else {"ids": [str(lt.dlq_id) for lt in chosen][:100]}))
-    back = str(form.get("back", "/dead-letters"))
-    return _back(request, back if back.startswith("/") and not back.startswith("//") else "/dead-letters",
+    return _back(request, local_path(str(form.get("back", "")), "/dead-letters"),
                  f"Redrove {done:,} dead letter(s) back onto their queue(s).")
 
 

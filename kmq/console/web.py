@@ -80,3 +80,9 @@ def _age(ms: int | None, now_ms: int) -> str:
 def url(path: str, **params: object) -> str:
     query = urlencode({k: str(v) for k, v in params.items() if v not in (None, "")})
     return f"{path}?{query}" if query else path
+
+
+def local_path(target: str, default: str = "/") -> str:
+    """``target`` if it is a path of this site, else ``default``: a login or an action never sends the browser
+    elsewhere ("//host" and "/\\host" name another site)."""
+    return target if target.startswith("/") and target[1:2] not in ("/", "\\") else default

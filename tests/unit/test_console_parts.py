@@ -81,3 +81,11 @@ def test_an_idle_instance_holding_nothing_is_forgotten_after_an_hour() -> None:
     workers.forget_idle(T0 + 2 * 3_600_000)
     assert list(workers.instances) == ["web-2:20"]  # it still holds 0:2
     assert workers.holder(MessageId(0, 2)) is workers.instances["web-2:20"]
+
+
+def test_a_login_or_an_action_only_sends_the_browser_within_the_site() -> None:
+    from kmq.console.web import local_path
+
+    assert local_path("/queue?q=a") == "/queue?q=a"
+    for elsewhere in ("//evil.example", "/\\evil.example", "https://evil.example", "", "javascript:alert(1)"):
+        assert local_path(elsewhere, "/x") == "/x", elsewhere

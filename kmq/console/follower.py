@@ -107,9 +107,9 @@ class Follower:
         ends = topics.markers_ends(config)
         redriven = topics.redrive_offsets(config, lettered)
         prefix = config.consumer_group("")
-        with model.lock:
-            model.workers.tracker_group = groups.pop(config.tracker_group, None)
-            model.workers.groups = {g[len(prefix):]: group for g, group in groups.items() if g.startswith(prefix)}
+        with model.lock:  # a group its coordinator did not describe this time keeps its last description
+            model.workers.tracker_group = groups.pop(config.tracker_group, None) or model.workers.tracker_group
+            model.workers.groups.update((g[len(prefix):], group) for g, group in groups.items() if g.startswith(prefix))
             model.workers.ends = ends
             for queue, offsets in redriven.items():
                 model.letters.set_redriven_up_to(queue, offsets)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+import structlog
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
@@ -28,6 +29,8 @@ from kmq.errors import KafkaClientError, TopicError
 from kmq.ops import dlq, stats
 from kmq.wire import MessageId
 from kmq.wire.control import control_topic
+
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +190,8 @@ def describe_groups(config: Config, group_ids: list[str]) -> dict[str, Group]:
     for group_id, future in admin.describe_consumer_groups(group_ids, request_timeout=timeout_s).items():
         try:
             found = future.result(timeout_s)
-        except KafkaException:
+        except KafkaException as err:  # a coordinator moving or loading: asked again in a few seconds
+            log.debug("group_not_described", group=group_id, error=str(err))
             continue
         members = tuple(Member(m.member_id, m.client_id, m.group_instance_id or "", m.host,
                                tuple(sorted(tp.partition for tp in (m.assignment.topic_partitions or []))))

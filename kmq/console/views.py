@@ -19,9 +19,8 @@ from kmq.wire import vocabulary as v
 
 #: A message past its deadline this long is one no tracker brought back: its tracker (or worker) is unhealthy.
 OVERDUE_GRACE_MS = 15_000
-#: States a queue page lists messages of.
-LISTED_STATES = (v.WAITING, v.IN_FLIGHT, v.DELAYED, v.OVERDUE, v.DEAD_LETTERED, v.ACKED, v.PURGED, v.EXPIRED,
-                 v.CONSUMED, v.ENDED_BY_GO, v.VANISHED)
+#: States a queue page lists messages of: every one of the vocabulary, waiting first.
+LISTED_STATES = (v.WAITING, *(state for state in v.STATES if state != v.WAITING))
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,12 @@ class LiveLifecycles:
             mid = marker.message_id
             delivery = self.fold.deliveries[mid]
             if not delivery.starts:
-                continue  # a delivery counts from its Start (classify ignores one never Started)
+                # A delivery counts from its Start, but an End of a record never Started (a duplicate send, Ended
+                # instead) speaks of its record's message.
+                record = self._records.get(mid)
+                if record is not None:
+                    self._dirty.add((record.queue, record.first_id_header or mid))
+                continue
             if self.fold.deliveries[mid].events[E.GO_END]:
                 self._go_queues.add(self._key_of(mid, delivery)[0])
             self._place_delivery(mid, delivery)
@@ -207,6 +212,8 @@ class LiveLifecycles:
             if members is None:
                 continue
             deliveries.update((mid, self.fold.deliveries[mid]) for mid in members.deliveries)
+            # and what was said of its records never Started (classify reads an End deduplicated there)
+            deliveries.update((rid, d) for rid in members.records if (d := self.fold.deliveries.get(rid)) is not None)
             records.extend(self._records[rid] for rid in members.records)
             letters.extend(self._letters.get(key, ()))
         return classify(deliveries, records, letters, context)

@@ -157,3 +157,18 @@ def test_a_committed_offset_past_a_record_no_consumer_started_is_seen() -> None:
     live.set_committed({"q": {0: 0}})  # offsets reset: it waits again
     live.refresh(5_000)
     assert [*live.keys("q", v.WAITING)] == [("q", MessageId(0, 0))]
+
+
+def test_a_duplicate_send_ended_in_a_later_round_than_its_record_is_deduplicated() -> None:
+    from kmq.wire import DEDUPLICATED_REASON
+    from kmq.wire.markers import EndReason, Marker, MarkerType, encode
+
+    live = LiveLifecycles()
+    live.add_record(_record(0, 0, 1_000))
+    live.refresh(5_000)
+    assert live.state_of(("q", MessageId(0, 0))) == v.WAITING
+    end = Marker(MarkerType.END, MessageId(0, 0), end_reason=EndReason.REJECTED, reason=DEDUPLICATED_REASON,
+                 instance_id="w:1")
+    live.add_markers(encode(end), 2_000, 0)  # an End of a record never Started
+    live.refresh(5_000)
+    assert live.state_of(("q", MessageId(0, 0))) == v.DEDUPLICATED

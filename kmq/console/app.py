@@ -21,7 +21,7 @@ from kmq import wire
 from kmq.config import Config
 from kmq.console import pages
 from kmq.console.actions import login, logout, pause, purge, redrive, resume
-from kmq.console.model import Model
+from kmq.console.model import Models
 from kmq.console.settings import Settings
 from kmq.console.web import HERE, Console, console_of, templates, url
 
@@ -59,7 +59,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                           "Error", message=exc.detail)
 
 
-def create_app(config: Config, settings: Settings, model: Model, clock: Callable[[], int] = wire.now_ms) -> Starlette:
+def create_app(config: Config, settings: Settings, models: Models,
+               clock: Callable[[], int] = wire.now_ms) -> Starlette:
     routes = [
         Route("/", pages.overview),
         Route("/queue", pages.queue),
@@ -85,6 +86,6 @@ def create_app(config: Config, settings: Settings, model: Model, clock: Callable
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {HTTPException: _http_error}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
-    app.state.console = Console(config, settings, model, templates(), clock)
+    app.state.console = Console(config, settings, models, templates(), clock)
     return app
 

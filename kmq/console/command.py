@@ -19,6 +19,7 @@ from kmq.config import Config
 from kmq.console import settings as console_settings
 from kmq.console.settings import Settings
 from kmq.errors import KmqError
+from kmq.topic_sets import TopicSet
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let anyone who reaches the console view it without a login (acting still needs one)")
     parser.add_argument("--secure-cookies", action="store_true",
                         help="send the session cookie over HTTPS only (behind a TLS-terminating proxy)")
+    parser.add_argument("--set", dest="topic_set", action="append", metavar="SET",
+                        help="serve this topic set (repeatable; default: every set in the config). A tenant's "
+                             "console names its own set: it then needs that set's ACLs only")
     parser.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
                         help="how often the console reads the topics on (default 1)")
     parser.add_argument("--hash-password", action="store_true",
@@ -61,11 +65,18 @@ def run(config: Config, args: argparse.Namespace, env: Mapping[str, str] | None 
     if args.hash_password:
         return _hash_password()
     settings = settings_from(args, os.environ if env is None else env)
-    serve(config, settings)
+    serve(config, settings, served_sets(config, args.topic_set))
     return 0
 
 
-def serve(config: Config, settings: Settings) -> None:
+def served_sets(config: Config, names: list[str] | None) -> list[TopicSet]:
+    """The topic sets the console serves: those named (each once, in order), or every set of the config."""
+    if not names:
+        return list(config.all_topic_sets)
+    return [config.topic_set(name) for name in dict.fromkeys(names)]
+
+
+def serve(config: Config, settings: Settings, sets: list[TopicSet] | None = None) -> None:
     try:
         import uvicorn
 
@@ -73,15 +84,15 @@ def serve(config: Config, settings: Settings) -> None:
     except ImportError as err:
         raise KmqError(f"the console needs its extra ({err.name} is missing): pip install 'kmq[console]'") from err
     from kmq.console.follower import Follower
-    from kmq.console.model import Model
+    from kmq.console.model import Models
 
-    model = Model(frozenset(config.at_most_once_queues))
-    follower = Follower(config, model, settings.refresh_s).start()
-    log.info("console_starting", url=f"http://{settings.host}:{settings.port}/", topics=config.message_topic,
+    models = Models(list(config.all_topic_sets) if sets is None else sets, frozenset(config.at_most_once_queues))
+    follower = Follower(config, models, settings.refresh_s).start()
+    log.info("console_starting", url=f"http://{settings.host}:{settings.port}/", topic_sets=list(models.sets),
              operators=settings.operators, anonymous_viewers=settings.open_viewing,
              bootstrap_servers=config.bootstrap_servers)
     try:
-        uvicorn.run(create_app(config, settings, model), host=settings.host, port=settings.port, log_config=None,
+        uvicorn.run(create_app(config, settings, models), host=settings.host, port=settings.port, log_config=None,
                     access_log=False, server_header=False)
     finally:
         follower.close()

@@ -1,9 +1,10 @@
 """The dead letters the console has read, and which of them still wait. Pure: no Kafka.
 
 A letter *waits* while its message is dead-lettered (kmq.ops.lifecycle's state) and it is the message's newest
-letter, and it is not behind its queue's redrive offset (``kmq dlq redrive`` commits past what it put back, in group
-``kmq-dlq-redrive-<queue>``). A redriven letter stays on the topic (Kafka keeps records): its message's copy waits,
-or was handled since, so the message is no longer dead-lettered.
+letter, and it is not behind its queue's redrive offset (``kmq dlq redrive`` commits past what it put back, in the
+queue's redrive group of the set: ``kmq-dlq-redrive-<queue>`` in the default set). A redriven letter stays on the
+topic (Kafka keeps records): its message's copy waits, or was handled since, so the message is no longer
+dead-lettered. One Letters holds one topic set's (a dead letter's id is a position in its set's dead-letter topic).
 """
 
 from __future__ import annotations
@@ -96,6 +97,6 @@ class Letters:
             if wanted.matches(letter):
                 yield letter, self.waits(letter, state_of)
 
-    def reasons(self, limit: int = 20) -> list[tuple[str, int]]:
-        """The most common reasons of the letters read, with how many."""
+    def reasons(self, limit: int | None = 20) -> list[tuple[str, int]]:
+        """The most common reasons of the letters read, with how many (``limit``: at most so many; None: all)."""
         return sorted(self._reasons.items(), key=lambda item: (-item[1], item[0]))[:limit]

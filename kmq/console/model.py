@@ -1,6 +1,9 @@
 """What the console knows: everything it read from the topics, folded as it arrives (kmq.console.follower feeds it,
 the pages read it under ``lock``). Pure: no Kafka.
 
+A ``Model`` holds one topic set's (a message id is a position in its set's topics, so two sets' ids collide, and a
+queue moving between sets has messages in both); ``Models`` holds one per set the console serves, under one lock.
+
 - message lifecycles: kmq.ops.live (the classification ``kmq stats`` and the audit share), forgetting what was acked;
 - per-minute series for the charts (kmq.console.series), from the same records;
 - the dead letters (kmq.console.letters), the workers and trackers (kmq.console.workers), the control topic's state.
@@ -9,6 +12,7 @@ the pages read it under ``lock``). Pure: no Kafka.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from kmq.console import series as s
@@ -17,6 +21,7 @@ from kmq.console.series import Series
 from kmq.console.workers import Workers
 from kmq.ops.lifecycle import DeadLetter, Key, MessageLife, Record
 from kmq.ops.live import Change, LiveLifecycles
+from kmq.topic_sets import TopicSet
 from kmq.wire import vocabulary as v
 from kmq.wire.control import ControlState
 from kmq.wire.vocabulary import MarkerEvent as E
@@ -40,14 +45,16 @@ class Status:
 
 
 class Model:
-    def __init__(self, at_most_once: frozenset[str] = frozenset(), keep_minutes: int = 180) -> None:
-        self.lock = threading.RLock()
+    """One topic set's messages, dead letters, workers and control state."""
+
+    def __init__(self, at_most_once: frozenset[str] = frozenset(), keep_minutes: int = 180,
+                 lock: threading.RLock | None = None) -> None:
+        self.lock = threading.RLock() if lock is None else lock
         self.live = LiveLifecycles(at_most_once, forget_acked=True)
         self.series = Series(keep_minutes)
         self.letters = Letters()
         self.workers = Workers()
         self.control = ControlState()
-        self.status = Status()
         #: Backlog share of each message not yet forgotten: (entered the backlog ms, left it ms or None).
         self._backlog: dict[Key, tuple[int, int | None]] = {}
 
@@ -119,6 +126,41 @@ class Model:
         if not self.control.paused(queue, now_ms):
             return False
         return self.control.paused_until.get(queue)
+
+
+class Models:
+    """A Model per topic set the console serves (in the order given), one lock for all of them, and how the
+    following goes. A page takes ``lock`` once and reads any set."""
+
+    def __init__(self, sets: Sequence[TopicSet], at_most_once: frozenset[str] = frozenset(),
+                 keep_minutes: int = 180) -> None:
+        if not sets:
+            raise ValueError("a console serves at least one topic set")
+        self.lock = threading.RLock()
+        self.status = Status()
+        self.sets: dict[str, TopicSet] = {one.name: one for one in sets}
+        self._models = {name: Model(at_most_once, keep_minutes, self.lock) for name in self.sets}
+
+    def __getitem__(self, name: str) -> Model:
+        return self._models[name]
+
+    def __iter__(self) -> Iterator[tuple[TopicSet, Model]]:
+        for name, model in self._models.items():
+            yield self.sets[name], model
+
+    def queues(self) -> list[tuple[str, str]]:
+        """Every queue of every set, as (queue, set name), by queue (a queue moving between sets is in two)."""
+        order = {name: i for i, name in enumerate(self.sets)}
+        return sorted(((queue, name) for name, model in self._models.items() for queue in model.queues()),
+                      key=lambda found: (found[0], order[found[1]]))
+
+    def sets_of(self, queue: str) -> list[str]:
+        """The sets in which the console knows ``queue``."""
+        return [name for name, model in self._models.items() if queue in model.queues()]
+
+    def chart(self, queue: str, now_ms: int) -> s.Chart:
+        """``queue``'s charts (``series.ALL``: every queue's) summed over the sets."""
+        return s.chart([model.series for model in self._models.values()], queue, now_ms)
 
 
 def _backlog_share(m: MessageLife, now_ms: int) -> tuple[int, int | None] | None:

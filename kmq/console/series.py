@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: All queues together.
@@ -110,20 +111,30 @@ class Series:
                 del s.durations[m]
 
     def chart(self, queue: str, now_ms: int, minutes: int = 60) -> Chart:
-        s = self._queues.get(queue) or _Queue()
-        last = minute(now_ms)
-        span = range(last - minutes + 1, last + 1)
-        backlog, level = [], s.backlog_base + sum(d for m, d in s.backlog.items() if m < span[0])
-        for m in span:
-            level += s.backlog.get(m, 0)
-            backlog.append(level)
-        processing: dict[int, list[float | None]] = {p: [] for p in PERCENTILES}
-        for m in span:
-            hist = s.durations.get(m)
-            for p in PERCENTILES:
-                processing[p].append(_percentile(hist, p) if hist else None)
-        return Chart([m * 60 for m in span], {name: [s.events[name].get(m, 0) for m in span] for name in EVENTS},
-                     backlog, processing)
+        return chart([self], queue, now_ms, minutes)
+
+
+def chart(many: Sequence[Series], queue: str, now_ms: int, minutes: int = 60) -> Chart:
+    """``queue``'s last ``minutes`` in the sum of ``many`` series (the console keeps one per topic set: a moving
+    queue's, or all queues', are charted across them, percentiles from the merged histograms)."""
+    parts = [found for series in many if (found := series._queues.get(queue)) is not None]
+    last = minute(now_ms)
+    span = range(last - minutes + 1, last + 1)
+    backlog, level = [], sum(p.backlog_base + sum(d for m, d in p.backlog.items() if m < span[0]) for p in parts)
+    for m in span:
+        level += sum(p.backlog.get(m, 0) for p in parts)
+        backlog.append(level)
+    processing: dict[int, list[float | None]] = {p: [] for p in PERCENTILES}
+    for m in span:
+        hist: dict[int, int] = defaultdict(int)
+        for part in parts:
+            for index, n in part.durations.get(m, {}).items():
+                hist[index] += n
+        for p in PERCENTILES:
+            processing[p].append(_percentile(hist, p) if hist else None)
+    return Chart([m * 60 for m in span],
+                 {name: [sum(p.events[name].get(m, 0) for p in parts) for m in span] for name in EVENTS},
+                 backlog, processing)
 
 
 def _percentile(hist: dict[int, int], p: int) -> float:

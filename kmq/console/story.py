@@ -1,6 +1,6 @@
 """A message's page: its payload and headers, and its story (``kmq inspect``'s, told by kmq.ops.inspect.tell), read
 where the console knows they are instead of replaying the topics: its records by id, its markers from its queue's
-markers partition starting at its enqueue time, its dead letters by id."""
+markers partition starting at its enqueue time, its dead letters by id: all in the topic set the message is in."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kmq.console.topics import Reader
 from kmq.errors import MarkerDecodeError
 from kmq.ops.inspect import Life, tell
 from kmq.ops.lifecycle import Key
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire import vocabulary as v
 from kmq.wire.marker_batch import decode_record
@@ -48,7 +49,8 @@ class Story:
     cut_short: bool
 
 
-def read(config: Config, model: Model, key: Key) -> Story | None:
+def read(config: Config, topics: TopicSet, model: Model, key: Key) -> Story | None:
+    """The story of the message at ``key`` of ``topics`` (``model`` is that set's); None when its records are gone."""
     queue, first = key
     with model.lock:
         ids = {first, *model.live.record_ids(key)}
@@ -59,19 +61,19 @@ def read(config: Config, model: Model, key: Key) -> Story | None:
         starts = [d.start_ms for _, d in model.live.deliveries(key)]
     if held and not starts:
         partitions = []  # never Started: it has no markers
-    with Reader(config) as reader:
-        copies = {mid: r for mid, r in reader.at(config.message_topic, ids).items() if _queue(r) == queue}
+    with Reader(config, topics) as reader:
+        copies = {mid: r for mid, r in reader.at(topics.messages, ids).items() if _queue(r) == queue}
         if not copies:
             return None
         # From its first Start when the console holds its deliveries, else from its enqueue time (a little before:
         # the clocks of producer and broker differ).
         since_ms = (min(starts) if starts else min(_kafka.record_timestamp_ms(r) for r in copies.values())) - 1_000
-        markers, cut_short = _markers(reader, config.marker_topic, partitions, since_ms, first, ids,
+        markers, cut_short = _markers(reader, topics.markers, partitions, since_ms, first, ids,
                                       settled=state not in (None, *_MOVING))
         more = ids - set(copies)
         if more:  # copies a Start named that the console holds no record of (a forgotten acked message's)
-            copies.update(reader.at(config.message_topic, more))
-        letters = list(reader.at(config.dlq_topic, letter_ids).values())
+            copies.update(reader.at(topics.messages, more))
+        letters = list(reader.at(topics.dead_letters, letter_ids).values())
     life = tell(queue, first, copies, markers, letters, state)
     return Story(life, payload(copies.get(first) or next(iter(copies.values()))), cut_short)
 

@@ -1,16 +1,16 @@
-"""The console's one door to Kafka: which topics it follows, and every read and write it makes there.
+"""The console's one door to Kafka: every read and write it makes, each on the TopicSet it is given.
 
-``TopicSet`` names the topics of one deployment (today one set, from the Config: a queue routed to topics of its
-own, when topic sets land, is one more set here); ``Follow`` reads each of them on from where it stopped (the
-follower's rounds); ``Reader`` reads what a page asks for (records by id, a range, the newest records first for a
-search); the rest describes groups and writes the operators' actions through kmq's own writers (the control topic,
-``kmq.ops.dlq``).
+``Follow`` reads one set's topics on from where it stopped (the follower's rounds); ``Reader`` reads what a page
+asks for (records by id, a range, the newest records first for a search); the rest describes a set's groups and
+writes the operators' actions through kmq's own writers (the control topic, ``kmq.ops.dlq``). Every client here
+reads and writes the set's own topics under the set's own groups (its one-reader, consumer, tracker and redrive
+groups), so a console that serves one set needs that set's ACLs only (docs/guides/tenants.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -27,39 +27,27 @@ from kmq.config import Config
 from kmq.console.workers import Ends, Group, Member
 from kmq.errors import KafkaClientError, TopicError
 from kmq.ops import dlq, stats
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
-from kmq.wire.control import control_topic
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class TopicSet:
-    messages: str
-    markers: str
-    dead_letters: str
-    control: str
-
-    @classmethod
-    def of(cls, config: Config) -> TopicSet:
-        return cls(config.message_topic, config.marker_topic, config.dlq_topic, control_topic(config.message_topic))
-
-
 class Follow:
-    """Each topic read on from where the last call stopped, up to its end offsets at the call (a topic that does not
-    exist yet reads as empty until it does)."""
+    """Each topic of one set read on from where the last call stopped, up to its end offsets at the call (a topic
+    that does not exist yet reads as empty until it does)."""
 
-    def __init__(self, config: Config, progress: Progress | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet, progress: Progress | None = None) -> None:
         self._config = config
         self._progress = progress
-        self.topics = TopicSet.of(config)
+        self.topics = topics
         self._replays: dict[str, TopicReplay] = {}
 
     def records(self, topic: str) -> Iterator[KafkaMessage]:
         replay = self._replays.get(topic)
         if replay is None:
             try:
-                replay = self._replays[topic] = TopicReplay(self._config, topic, self._progress)
+                replay = self._replays[topic] = TopicReplay(self._config, self.topics, topic, self._progress)
             except TopicError:
                 return iter(())
         return replay.records()
@@ -70,12 +58,13 @@ class Follow:
 
 
 class Reader:
-    """Reads given records back: by id, by range, or the newest first."""
+    """Reads given records of one set's topics back: by id, by range, or the newest first."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, topics: TopicSet) -> None:
         self._config = config
         self._timeout_s = config.connect_timeout_ms / 1000
-        self._consumer = KafkaConsumer(_kafka.reader_settings(config, wire.private_group("console"), "kmq-console"))
+        self._consumer = KafkaConsumer(_kafka.reader_settings(config, topics.private_group("console"),
+                                                              "kmq-console"))
 
     def partitions(self, topic: str) -> list[int]:
         return _kafka.topic_partitions(self._consumer, self._config, topic, "console")
@@ -200,66 +189,77 @@ def describe_groups(config: Config, group_ids: list[str]) -> dict[str, Group]:
     return out
 
 
-def markers_ends(config: Config) -> Ends:
-    """The markers topic's end offsets and the tracker group's committed offsets."""
-    with Reader(config) as reader:
-        end = {p: reader.watermarks(config.marker_topic, p)[1] for p in reader.partitions(config.marker_topic)}
-    return Ends(end, group_offsets(config, config.tracker_group, config.marker_topic))
+def markers_ends(config: Config, topics: TopicSet) -> Ends:
+    """The set's markers topic's end offsets and its tracker group's committed offsets (none before the topic
+    exists)."""
+    with Reader(config, topics) as reader:
+        try:
+            partitions = reader.partitions(topics.markers)
+        except TopicError:
+            return Ends()
+        end = {p: reader.watermarks(topics.markers, p)[1] for p in partitions}
+    return Ends(end, group_offsets(config, topics.tracker_group, topics.markers))
 
 
-def committed_offsets(config: Config) -> dict[str, dict[int, int]]:
-    return stats.committed_offsets(config)
+def committed_offsets(config: Config, topics: TopicSet) -> dict[str, dict[int, int]]:
+    """Per queue, what its consumer group in the set committed on the set's messages topic."""
+    return stats.committed_offsets(config, topics)
 
 
-def redrive_offsets(config: Config, queues: Iterable[str]) -> dict[str, dict[int, int]]:
-    """Per queue, the offsets ``kmq dlq redrive`` committed on the dead-letter topic (its group's)."""
+def redrive_offsets(config: Config, topics: TopicSet, queues: Iterable[str]) -> dict[str, dict[int, int]]:
+    """Per queue, the offsets ``kmq dlq redrive`` committed on the set's dead-letter topic (its redrive group's)."""
     names = list(queues)
     if not names:
         return {}
     admin = AdminClient(_kafka.base_settings(config, "kmq-console-admin"))
     timeout_s = config.connect_timeout_ms / 1000
-    asked = {q: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(wire.redrive_group(q))])
-             for q in names}  # all asked at once, then waited for
+    groups = {q: topics.redrive_group(q) for q in names}
+    asked = {q: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+             for q, group in groups.items()}  # all asked at once, then waited for
     out: dict[str, dict[int, int]] = {}
     for q, futures in asked.items():
-        result = futures[wire.redrive_group(q)].result(timeout_s)
+        result = futures[groups[q]].result(timeout_s)
         out[q] = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                  if tp.topic == config.dlq_topic and tp.offset >= 0}
+                  if tp.topic == topics.dead_letters and tp.offset >= 0}
     return out
 
 
 # --- actions -------------------------------------------------------------------------------------------------------
+# A queue's pause, resume and purge go to the control topics of ``sets``: the sets it is read in that the console
+# serves (kmq.console.web.Console.control_sets).
 
-def pause(config: Config, queue: str, until_ms: int | None) -> None:
-    control.pause(config, queue, until_ms)
-
-
-def resume(config: Config, queue: str) -> None:
-    control.resume(config, queue)
+def pause(config: Config, sets: Sequence[TopicSet], queue: str, until_ms: int | None) -> None:
+    control.pause(config, queue, until_ms, topic_sets=sets)
 
 
-def purge(config: Config, queue: str, before_ms: int) -> None:
-    control.purge(config, queue, before_ms)
+def resume(config: Config, sets: Sequence[TopicSet], queue: str) -> None:
+    control.resume(config, queue, topic_sets=sets)
 
 
-def redrive(config: Config, queue: str, ids: list[MessageId]) -> int:
-    """Puts the queue's dead letters at ``ids`` back onto it; returns how many. (Each copy keeps its message's first
-    id, so the message leaves the dead-lettered state; see kmq.ops.dlq.)"""
-    with Reader(config) as reader:
-        records = reader.at(config.dlq_topic, ids)
-    letters = [dlq.dead_letter(records[mid], queue) for mid in sorted(records)]
+def purge(config: Config, sets: Sequence[TopicSet], queue: str, before_ms: int) -> None:
+    control.purge(config, queue, before_ms, topic_sets=sets)
+
+
+def redrive(config: Config, topics: TopicSet, queue: str, ids: list[MessageId]) -> int:
+    """Puts the queue's dead letters at ``ids`` of the set's dead-letter topic back onto it (in the set it lives
+    in); returns how many. (Each copy keeps its message's first id, so the message leaves the dead-lettered state;
+    see kmq.ops.dlq.)"""
+    with Reader(config, topics) as reader:
+        records = reader.at(topics.dead_letters, ids)
+    letters = [dlq.dead_letter(records[mid], queue, topics) for mid in sorted(records)]
     letters = [letter for letter in letters if _queue_of(records[letter.dlq_id]) == queue]
     if letters:
         dlq.put_back(config, queue, letters)
     return len(letters)
 
 
-def commit_redriven(config: Config, queue: str, up_to: dict[int, int]) -> None:
-    """Moves the queue's redrive group past letters that no longer wait, so ``kmq dlq`` agrees with the console."""
+def commit_redriven(config: Config, topics: TopicSet, queue: str, up_to: dict[int, int]) -> None:
+    """Moves the queue's redrive group of the set past letters that no longer wait, so ``kmq dlq`` agrees with the
+    console."""
     if not up_to:
         return
-    with TopicReplay(config, config.dlq_topic, group=wire.redrive_group(queue)) as replay:
-        replay.commit([TopicPartition(config.dlq_topic, p, offset) for p, offset in up_to.items()])
+    with TopicReplay(config, topics, topics.dead_letters, group=topics.redrive_group(queue)) as replay:
+        replay.commit([TopicPartition(topics.dead_letters, p, offset) for p, offset in up_to.items()])
 
 
 def _queue_of(record: KafkaMessage) -> str:

@@ -4,13 +4,15 @@ nothing here reads a topic, so a page costs the same however much the topics hol
 from __future__ import annotations
 
 import dataclasses
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 from kmq.console import series as s
 from kmq.console.letters import ANY, WAITING, Letter, LetterFilter
-from kmq.console.model import Model, Status
+from kmq.console.model import Model, Models, Status
 from kmq.console.workers import Group, Instance, Member
 from kmq.ops.lifecycle import Delivery, Key
 from kmq.ops.stats import QueueStats, row
@@ -61,6 +63,10 @@ class WorkerRow:
 
 @dataclass(frozen=True, slots=True)
 class Health:
+    """One topic set's trackers, workers and consumer groups."""
+
+    topic_set: str
+    tracker_group: str
     trackers: list[TrackerPartition]
     workers: list[WorkerRow]
     groups: dict[str, Group]
@@ -76,10 +82,43 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthSummary:
+    """Every served set's health in a few numbers (the overview's cards). A set with no markers partition read
+    (its topics not created yet) has nothing to track."""
+
+    sets: list[Health]
+
+    @property
+    def partitions(self) -> int:
+        return sum(len(h.trackers) for h in self.sets)
+
+    @property
+    def unhealthy_partitions(self) -> int:
+        return sum(not t.healthy for h in self.sets for t in h.trackers)
+
+    @property
+    def tracker_members(self) -> int:
+        return sum(len(h.tracker_members) for h in self.sets)
+
+    @property
+    def trackers_healthy(self) -> bool:
+        return bool(self.partitions) and not self.unhealthy_partitions
+
+    @property
+    def workers(self) -> int:
+        """Consumer instances (a process consuming queues of several sets is one)."""
+        return len({w.instance.instance_id for h in self.sets for w in h.workers})
+
+    @property
+    def unhealthy_workers(self) -> int:
+        return len({w.instance.instance_id for h in self.sets for w in h.workers if not w.healthy})
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     rows: list[QueueRow]
     chart: dict[str, Any]
-    health: Health
+    health: HealthSummary
     status: Status
 
 
@@ -89,24 +128,27 @@ def chart_data(chart: s.Chart) -> dict[str, Any]:
             "processing": {f"p{p}": values for p, values in chart.processing_ms.items()}}
 
 
-def queue_row(model: Model, queue: str, now_ms: int) -> QueueRow:
+def queue_row(model: Model, queue: str, now_ms: int, topic_set: str) -> QueueRow:
+    """``queue``'s figures in one set (a queue moving between sets has a row in each, as in ``kmq stats``)."""
     paused = model.paused(queue, now_ms)
     text = "" if paused is False else ("yes" if paused is None else "until")
     group = model.workers.groups.get(queue)
-    return QueueRow(row(queue, model.live.summary(queue), now_ms, text),
+    return QueueRow(row(queue, model.live.summary(queue), now_ms, text, topic_set),
                     model.series.rate_per_s(queue, s.SENT, now_ms),
                     model.series.rate_per_s(queue, s.ACKED, now_ms) + model.series.rate_per_s(
                         queue, s.DEAD_LETTERED, now_ms),
                     None if group is None else len(group.members), paused)
 
 
-def overview(model: Model, now_ms: int) -> Overview:
-    rows = [queue_row(model, q, now_ms) for q in model.queues()]
-    return Overview(rows, chart_data(model.series.chart(s.ALL, now_ms)), health(model, now_ms),
-                    dataclasses.replace(model.status))
+def overview(models: Models, now_ms: int) -> Overview:
+    rows = [queue_row(models[name], q, now_ms, name) for q, name in models.queues()]
+    return Overview(rows, chart_data(models.chart(s.ALL, now_ms)),
+                    HealthSummary([health(model, now_ms, topic_set.name, topic_set.tracker_group)
+                                   for topic_set, model in models]),
+                    dataclasses.replace(models.status))
 
 
-def health(model: Model, now_ms: int) -> Health:
+def health(model: Model, now_ms: int, topic_set: str, tracker_group: str) -> Health:
     w = model.workers
     late_by_queue: dict[str, int] = {}
     trackers = []
@@ -126,7 +168,7 @@ def health(model: Model, now_ms: int) -> Health:
         late = sum(_late(model.live.fold.deliveries.get(mid), now_ms) for mid in instance.held)
         workers.append(WorkerRow(instance, len(instance.held), late))
     members = list(w.tracker_group.members) if w.tracker_group is not None else []
-    return Health(trackers, workers, dict(w.groups), members)
+    return Health(topic_set, tracker_group, trackers, workers, dict(w.groups), members)
 
 
 def _late(d: Delivery | None, now_ms: int) -> bool:
@@ -206,36 +248,58 @@ def message(model: Model, key: Key) -> MessageView | None:
 @dataclass(frozen=True, slots=True)
 class LetterRow:
     letter: Letter
+    #: The set whose dead-letter topic holds it (its id is a position there).
+    topic_set: str
     waits: bool
     state: str
 
+    @property
+    def ref(self) -> str:
+        """What names it across sets: ``SET/PARTITION:OFFSET`` (kmq.console.pages.parse_letter_ref)."""
+        return letter_ref(self.topic_set, self.letter.dlq_id)
 
-def letters(model: Model, wanted: LetterFilter, page: int, size: int) -> tuple[Page, int]:
-    """A page of the letters ``wanted`` selects, and how many of those it selects but for their status wait (what
-    a redrive by this filter puts back): one pass."""
+
+def letter_ref(topic_set: str, dlq_id: MessageId) -> str:
+    return f"{topic_set}/{dlq_id}"
+
+
+def _selected(models: Models, wanted: LetterFilter, sets: list[str]) -> Iterator[tuple[str, Letter, bool]]:
+    """The letters ``wanted`` selects in ``sets`` but for their status, newest first across the sets, each with its
+    set and whether it waits."""
+    def of(name: str) -> Iterator[tuple[str, Letter, bool]]:
+        model = models[name]
+        return ((name, letter, waits) for letter, waits in model.letters.select(wanted, model.state_of))
+
+    return heapq.merge(*(of(name) for name in sets), key=lambda found: -found[1].at_ms)
+
+
+def letters(models: Models, wanted: LetterFilter, sets: list[str], page: int, size: int) -> tuple[Page, int]:
+    """A page of the letters ``wanted`` selects in ``sets``, and how many of those it selects but for their status
+    wait (what a redrive by this filter puts back): one pass."""
     rows: list[LetterRow] = []
     total = waiting = 0
     first = page * size
-    for letter, waits in model.letters.select(wanted, model.state_of):
+    for name, letter, waits in _selected(models, wanted, sets):
         waiting += waits
         if wanted.status == ANY or waits == (wanted.status == WAITING):
             if first <= total < first + size:
-                rows.append(_letter_row(model, letter, waits))
+                rows.append(_letter_row(models[name], name, letter, waits))
             total += 1
     return Page(rows, page, size, total), waiting
 
 
-def letter_rows(model: Model, ids: list[MessageId]) -> Page:
-    """The letters at ``ids`` (a search's), those the console read."""
-    found = [letter for letter in map(model.letters.get, ids) if letter is not None]
-    return Page([_letter_row(model, letter) for letter in found], 0, max(1, len(found)), len(found))
+def letter_rows(models: Models, found: list[tuple[str, MessageId]]) -> Page:
+    """The letters at ``found`` (a search's: set and id), those the console read."""
+    rows = [_letter_row(models[name], name, letter) for name, mid in found
+            if (letter := models[name].letters.get(mid)) is not None]
+    return Page(rows, 0, max(1, len(rows)), len(rows))
 
 
-def _letter_row(model: Model, letter: Letter, waits: bool | None = None) -> LetterRow:
-    return LetterRow(letter, model.letters.waits(letter, model.state_of) if waits is None else waits,
+def _letter_row(model: Model, topic_set: str, letter: Letter, waits: bool | None = None) -> LetterRow:
+    return LetterRow(letter, topic_set, model.letters.waits(letter, model.state_of) if waits is None else waits,
                      (model.state_of(letter.key) if letter.key else None) or "")
 
 
-def waiting_letters(model: Model, wanted: LetterFilter) -> list[Letter]:
-    """What a redrive by ``wanted`` would put back: the letters it selects that still wait."""
-    return [letter for letter, waits in model.letters.select(wanted, model.state_of) if waits]
+def waiting_letters(models: Models, wanted: LetterFilter, sets: list[str]) -> list[tuple[str, Letter]]:
+    """What a redrive by ``wanted`` would put back: the letters it selects in ``sets`` that still wait."""
+    return [(name, letter) for name, letter, waits in _selected(models, wanted, sets) if waits]

@@ -1,5 +1,5 @@
-"""What every page and action shares: the Console (config, settings, model, templates), and the templates' helpers
-(Jinja2, autoescaped: a payload or header is shown as text, never run)."""
+"""What every page and action shares: the Console (config, settings, the topic sets it serves and their models,
+templates), and the templates' helpers (Jinja2, autoescaped: a payload or header is shown as text, never run)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from starlette.templating import Jinja2Templates
 from kmq import wire
 from kmq.config import Config
 from kmq.console import auth
-from kmq.console.model import Model
+from kmq.console.model import Models
 from kmq.console.settings import Settings
+from kmq.topic_sets import TopicSet
 
 HERE = Path(__file__).parent
 
@@ -30,17 +31,31 @@ class Console:
 
     config: Config
     settings: Settings
-    model: Model
+    #: A Model per topic set the console serves (``kmq console --set``; default every set of the config).
+    models: Models
     templates: Jinja2Templates
     clock: Callable[[], int] = wire.now_ms
 
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
-        with self.model.lock:
-            status = dataclasses.replace(self.model.status)
+        with self.models.lock:
+            status = dataclasses.replace(self.models.status)
         base = {"who": auth.who(request), "csrf": auth.csrf_token(request), "settings": self.settings,
                 "status": status, "flash": request.session.pop("flash", None), "now_ms": self.clock(),
-                "title": ""}
+                "title": "", "many_sets": len(self.models.sets) > 1}
         return self.templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+    def control_sets(self, queue: str) -> tuple[list[TopicSet], list[TopicSet]]:
+        """The sets a pause, resume or purge of ``queue`` writes to: every set it is read in (its own and, while it
+        moves, the one it moves from: as ``kmq pause`` does) that this console serves; and those it is read in that
+        this console does not serve (nor may read or write: a tenant's console has its own set's ACLs only)."""
+        read_in = self.config.reading_sets(queue)
+        return ([s for s in read_in if s.name in self.models.sets],
+                [s for s in read_in if s.name not in self.models.sets])
+
+    def home_set(self, queue: str) -> TopicSet | None:
+        """The set ``queue`` lives in (where a redrive puts its letters back), if this console serves it."""
+        topics = self.config.topics_for(queue)
+        return topics if topics.name in self.models.sets else None
 
 
 def console_of(request: Request) -> Console:

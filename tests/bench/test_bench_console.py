@@ -26,12 +26,13 @@ from kmq.client import Producer
 from kmq.config import Config
 from kmq.console.app import create_app
 from kmq.console.follower import Follower
-from kmq.console.model import Model
+from kmq.console.model import Models
 from kmq.console.settings import Settings
 from kmq.ops import stats
 from kmq.ops.audit import generate
 from kmq.ops.audit.synthetic.plans import PlanMaker, QueueSpec
 from kmq.ops.audit.synthetic.simulator import Simulator
+from kmq.topic_sets import DEFAULT_SET
 from kmq.wire import now_ms
 from kmq.wire import vocabulary as v
 from tests.bench.results import Case, markdown, write
@@ -99,13 +100,14 @@ def test_bench_console(kafka_bootstrap: str) -> None:
     print(f"\ngenerated {MESSAGES:,} messages ({records:,} records) over {len(QUEUES)} queues in {generate_s:.0f} s")
 
     rss_before = _rss_mb()
-    model = Model()
-    follower = Follower(config, model)
+    models = Models([config.default_topics])
+    model = models[DEFAULT_SET]
+    follower = Follower(config, models)
     started = time.monotonic()
     follower.round()
     catch_up_s = time.monotonic() - started
     rss_after = _rss_mb()
-    followed = model.status.records
+    followed = models.status.records
     print(f"caught up: {followed:,} records in {catch_up_s:.1f} s; peak RSS {rss_before:.0f} -> {rss_after:.0f} MB")
 
     started = time.monotonic()
@@ -122,7 +124,7 @@ def test_bench_console(kafka_bootstrap: str) -> None:
     busiest = max(rescanned, key=lambda r: r.produced).queue
     with model.lock:
         first_waiting = next(model.live.keys(busiest, v.WAITING))
-    app = create_app(config, Settings(anonymous_viewers=True), model)
+    app = create_app(config, Settings(anonymous_viewers=True), models)
     pages = {"overview": "/", "queue (busiest, waiting, page 1)": f"/queue?q={busiest}",
              "queue (busiest, acked, page 200)": f"/queue?q={busiest}&state=acked&page=200",
              "dead letters (all queues)": "/dead-letters", "dead letters (one queue, by reason)":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from argon2 import PasswordHasher
@@ -52,10 +53,28 @@ def test_kmq_console_serves_with_the_console_s_settings(monkeypatch: pytest.Monk
     from kmq.cli import main
 
     served: list[Settings] = []
-    monkeypatch.setattr(command, "serve", lambda config, settings: served.append(settings))
+    monkeypatch.setattr(command, "serve", lambda config, settings, sets: served.append(settings))
     monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", "127.0.0.1:1")
     monkeypatch.setenv("KMQ_CONSOLE_OPERATOR_TOKEN", "a-token")  # the console's: no unknown-variable error
     assert main(["console", "--port", "18099", "--refresh", "2"]) == 0
     (settings,) = served
     assert (settings.host, settings.port, settings.refresh_s) == ("127.0.0.1", 18099, 2.0)
     assert settings.users["operator"].token_sha256 == token_sha256("a-token")
+
+
+def test_the_console_serves_the_sets_it_is_told_else_every_set(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from kmq.cli import main
+
+    config = tmp_path / "kmq.yaml"
+    config.write_text("bootstrap_servers: 127.0.0.1:1\ntopic_sets: {tenant-a: {}, tenant-b: {}}\n"
+                      "routes: [{queues: 'a.*', set: tenant-a}, {queues: 'b.*', set: tenant-b}]\n")
+    served: list[list[str]] = []
+    monkeypatch.setattr(command, "serve", lambda config, settings, sets: served.append([s.name for s in sets]))
+    assert main(["console", "--config", str(config)]) == 0
+    assert main(["console", "--config", str(config), "--set", "tenant-b", "--set", "tenant-a", "--set",
+                 "tenant-b"]) == 0
+    assert served == [["default", "tenant-a", "tenant-b"], ["tenant-b", "tenant-a"]]
+    assert command.main(["--config", str(config), "--set", "tenant-c"]) == command.EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'tenant-c' is not configured" in err and "tenant-a" in err

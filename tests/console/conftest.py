@@ -1,5 +1,6 @@
 """The console's browser tests (make test-console): a real broker (tests/kafka_plugin.py), the scenario of
-scenario.py, two console replicas as processes (``python -m kmq.console``, one session secret), and Debian's
+scenario.py on two topic sets (the default one and ``ledger``, with a queue routed there and one moving there),
+two console replicas as processes (``python -m kmq.console``, one session secret, serving every set), and Debian's
 chromium driven by Playwright (never a downloaded browser)."""
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from kmq._kafka.topics import create_topics
 from kmq.config import Config
 from kmq.console.auth import hash_password
-from kmq.wire.control import control_topic
 from tests.console import scenario as sc
-from tests.helpers import ROOT, env_for, free_port, unique
+from tests.helpers import ROOT, config_file, free_port, unique
 
 CHROMIUM = os.environ.get("KMQ_CHROMIUM", "/usr/bin/chromium")
 #: What a browser needs as root on this machine, with no network beyond loopback (docs: polyglot machines).
@@ -45,20 +45,26 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     bootstrap = os.environ["KMQ_BOOTSTRAP_SERVERS"]
     base = unique("console")
     config = Config(bootstrap_servers=bootstrap, message_topic=f"{base}.messages", marker_topic=f"{base}.markers",
-                    tracker_group=f"{base}.trackers", consumer_group_prefix=f"{base}.", redelivery_timeout_ms=20_000)
-    create_topics(config, partitions=3, marker_partitions=2)
+                    tracker_group=f"{base}.trackers", consumer_group_prefix=f"{base}.", redelivery_timeout_ms=20_000,
+                    topic_sets={sc.LEDGER: {"prefix": f"{base}-{sc.LEDGER}"}}, routes=sc.ROUTES)
+    for topics in config.all_topic_sets:
+        create_topics(config, topics, partitions=3, marker_partitions=2)
     scenario = sc.build(config)
-    users = tmp_path_factory.mktemp("console") / "users.yaml"
+    directory = tmp_path_factory.mktemp("console")
+    users = directory / "users.yaml"
     hashed = hash_password(PASSWORD)
     users.write_text(f'users:\n  alice: {{role: operator, password_hash: "{hashed}"}}\n'
                      f'  bob: {{role: viewer, password_hash: "{hashed}"}}\n')
-    env = {**env_for(config), "KMQ_CONSOLE_USERS_FILE": str(users), "KMQ_CONSOLE_SESSION_SECRET": "test-secret-" + base}
-    env = {k: v for k, v in env.items() if k != "KMQ_CONFIG"}
+    # The topic sets and routes are in the file (no variable holds them); no KMQ_* variable of this shell applies.
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KMQ_")}, "PYTHONPATH": str(ROOT),
+           "KMQ_CONSOLE_USERS_FILE": str(users), "KMQ_CONSOLE_SESSION_SECRET": "test-secret-" + base}
+    command = [sys.executable, "-m", "kmq.console", "--config", str(config_file(config, directory)), "--refresh",
+               "0.5"]
     ports = [free_port(), free_port()]
-    logs = [tmp_path_factory.mktemp("console") / f"console-{i}.log" for i in range(2)]
+    logs = [directory / f"console-{i}.log" for i in range(2)]
     outputs = [log.open("w") for log in logs]
-    replicas = [subprocess.Popen([sys.executable, "-m", "kmq.console", "--port", str(port), "--refresh", "0.5"],
-                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    replicas = [subprocess.Popen([*command, "--port", str(port)], cwd=ROOT, env=env, stdout=out,
+                                 stderr=subprocess.STDOUT)
                 for port, out in zip(ports, outputs, strict=True)]
     try:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
@@ -77,7 +83,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         for out in outputs:
             out.close()
         scenario.close()
-        topics = [config.message_topic, config.marker_topic, config.dlq_topic, control_topic(config.message_topic)]
+        topics = [topic for topic_set in config.all_topic_sets for topic in topic_set.topics]
         admin = AdminClient({"bootstrap.servers": bootstrap})  # held: its futures fail once it is collected
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             future.result(30)

@@ -1,6 +1,8 @@
 """A small deployment for the console's browser tests and its docs' screenshots, on a real broker: three queues
 with messages acked, waiting, in flight (held by a consumer left open) and dead-lettered with several reasons, one
-of them carrying a script in its payload, a header and its reason; a tracker running."""
+of them carrying a script in its payload, a header and its reason; a second topic set, ``ledger``, with a queue
+routed there (acked, waiting and dead-lettered messages) and a queue moving there from the default set (messages
+waiting in both); a tracker running for each set."""
 
 from __future__ import annotations
 
@@ -12,6 +14,13 @@ from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
 from tests.helpers import receive_n, tracker_thread
 
+#: The second topic set, its routed queue, the queue moving to it from the default set (docs/concepts/topic-sets.md).
+LEDGER, INVOICES, MOVING = "ledger", "invoices", "moving"
+ROUTES = [{"queues": INVOICES, "set": LEDGER}, {"queues": MOVING, "set": LEDGER, "draining": "default"}]
+#: Invoices: sent, acked, dead-lettered with this reason, and left waiting.
+INVOICES_ACKED, INVOICE_REASON, INVOICES_WAITING = 3, "amount missing", 2
+#: Moving's messages sent before its route (they stay in the default set) and after it (in the ledger set).
+MOVED_BEFORE, MOVED_AFTER = 3, 2
 XSS = "<script>alert(1)</script>"
 XSS_HEADER = "<img src=x onerror=alert(2)>"
 REASONS = ("invalid address: no @", "invalid address: no @", "invalid address: no @", "smtp timeout after 30 s",
@@ -26,6 +35,8 @@ class Scenario:
     held: list[Message] = field(default_factory=list)
     #: Payload -> the first id of the dead-lettered message that carries it.
     dead: dict[str, str] = field(default_factory=dict)
+    #: The payload of the invoice dead-lettered in the ledger set.
+    rejected_invoice: str = ""
 
     def close(self) -> None:
         self.stack.close()
@@ -66,4 +77,35 @@ def build(config: Config) -> Scenario:
     held_by = Consumer(config, "billing")
     scenario.stack.callback(held_by.close)
     scenario.held = receive_n(held_by, 2)
+    _second_set(scenario)
     return scenario
+
+
+def _second_set(scenario: Scenario) -> None:
+    config = scenario.config
+    scenario.stack.enter_context(tracker_thread(config, topics=config.topic_set(LEDGER)))
+    with Producer(config, INVOICES) as invoices:
+        for i in range(INVOICES_ACKED + 1):
+            invoices.send(json.dumps({"invoice": i}).encode())
+    consumer = Consumer(config, INVOICES)
+    try:
+        got = receive_n(consumer, INVOICES_ACKED + 1)
+        assert len(got) == INVOICES_ACKED + 1, f"received {len(got)} invoices"
+        for message in got[:-1]:
+            message.ack()
+        got[-1].reject(INVOICE_REASON)
+        scenario.rejected_invoice = got[-1].payload.decode()
+        consumer.flush()
+    finally:
+        consumer.close()
+    with Producer(config, INVOICES) as invoices:
+        for i in range(INVOICES_WAITING):
+            invoices.send(json.dumps({"invoice": 100 + i}).encode())
+    # Before the move, the default set's producers send moving's messages there; then the route sends them to ledger.
+    before = config.replace(routes=ROUTES[:1])
+    with Producer(before, MOVING) as moving:
+        for i in range(MOVED_BEFORE):
+            moving.send(f"before the move {i}".encode())
+    with Producer(config, MOVING) as moving:
+        for i in range(MOVED_AFTER):
+            moving.send(f"after the move {i}".encode())

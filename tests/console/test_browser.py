@@ -1,7 +1,8 @@
 """The console in a real browser against a real broker: every page, every action end to end (pause and resume,
 purge, redrive one and by filter, search), a script in a payload shown as text, actions refused without a login
-and with a bad CSRF token, and a second replica seeing what the first did. The main pages are screenshotted into
-docs/images/console/ for docs/guides/console.md."""
+and with a bad CSRF token, a second replica seeing what the first did, and a second topic set: a routed queue shown
+and acted on in its set, a moving queue shown in both sets and paused in both. The main pages are screenshotted
+into docs/images/console/ for docs/guides/console.md."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.helpers import receive_n
 
 
 def _queue_url(base: str, queue: str, **params: str) -> str:
+    """The queue's page (``set``: in that topic set; without it, the set the queue lives in)."""
     query = "&".join(f"{k}={v}" for k, v in {"q": queue, **params}.items())
     return f"{base}/queue?{query}"
 
@@ -27,8 +29,10 @@ def test_the_overview_shows_every_queue_the_trackers_and_the_charts(deployment: 
     base = deployment.urls[0]
     log_in(page, base, "bob")  # a viewer
     page.goto(base + "/")
-    names = {row.query_selector("td").inner_text() for row in page.query_selector_all("table.queues tbody tr")}
-    assert names == {"billing", "emails", "reports"}
+    rows = [[cell.inner_text() for cell in row.query_selector_all("td")[:2]]
+            for row in page.query_selector_all("table.queues tbody tr")]
+    assert sorted(map(tuple, rows)) == [("billing", "default"), ("emails", "default"), (sc.INVOICES, sc.LEDGER),
+                                        (sc.MOVING, "default"), (sc.MOVING, sc.LEDGER), ("reports", "default")]
     assert page.query_selector_all(".chart canvas"), "uPlot drew no chart (a script blocked?)"
     wait_for_text(page, base + "/", ".health", "Healthy")
     wait_for_text(page, base + "/", "table.queues", "reports")
@@ -89,11 +93,16 @@ def test_a_script_in_a_payload_header_or_reason_is_shown_never_run(deployment: D
 def test_the_workers_page_shows_instances_groups_and_trackers(deployment: Deployment, page: Page) -> None:
     base = deployment.urls[0]
     log_in(page, base, "bob")
-    instances = wait_for_text(page, base + "/workers", "#instances", "billing")
+    default, ledger = "section[data-set=default]", f"section[data-set={sc.LEDGER}]"
+    instances = wait_for_text(page, base + "/workers", f"{default} .instances", "billing")
     held = [row for row in instances.splitlines() if "billing" in row]
     assert held and re.search(r"\b5\b", held[0]), instances  # the open consumer holds 5 (2 handed out, 3 buffered)
-    assert "healthy" in page.inner_text("#trackers") and "nobody" not in page.inner_text("#trackers")
-    assert "billing" in page.inner_text("#groups")
+    for section in (default, ledger):  # each set's trackers, in its own group
+        trackers = page.inner_text(f"{section} .trackers")
+        assert "healthy" in trackers and "nobody" not in trackers, (section, trackers)
+    assert deployment.config.topic_set(sc.LEDGER).tracker_group in page.inner_text(ledger)
+    assert "billing" in page.inner_text(f"{default} .groups")
+    assert sc.INVOICES in page.inner_text(f"{ledger} .instances")
     screenshot(page, "workers")
 
 
@@ -113,7 +122,7 @@ def test_an_action_is_refused_without_a_login_and_with_a_bad_csrf_token(deployme
     page.click("#pause-form button")
     assert "CSRF" in page.inner_text("#error")
     time.sleep(1)
-    assert "emails" not in stats.control_state(config).paused_until
+    assert "emails" not in stats.control_state(config, config.default_topics).paused_until
 
 
 def test_pause_until_resumed_then_resume_seen_by_both_replicas(deployment: Deployment, page: Page) -> None:
@@ -122,14 +131,14 @@ def test_pause_until_resumed_then_resume_seen_by_both_replicas(deployment: Deplo
     page.goto(_queue_url(first, "emails"))
     page.click("#pause-form button")
     assert "Paused emails until resumed" in page.inner_text("#flash")
-    assert stats.control_state(deployment.config).paused(("emails"), now_ms())
+    assert stats.control_state(deployment.config, deployment.config.default_topics).paused("emails", now_ms())
     wait_for_text(page, _queue_url(first, "emails"), "#pause-state", "paused")
     # the other replica: same session secret, so the same login; it read the pause from the control topic
     wait_for_text(page, _queue_url(second, "emails"), "#pause-state", "paused until resumed")
     page.click("#resume-form button")
     assert "Resumed emails" in page.inner_text("#flash")
     wait_for_text(page, _queue_url(first, "emails"), "#pause-state", "Taking messages")
-    assert not stats.control_state(deployment.config).paused("emails", now_ms())
+    assert not stats.control_state(deployment.config, deployment.config.default_topics).paused("emails", now_ms())
 
 
 def test_redrive_one_then_all_matching_a_filter(deployment: Deployment, page: Page) -> None:
@@ -171,3 +180,70 @@ def test_purge_shows_the_count_then_purges(deployment: Deployment, page: Page) -
     assert "Purged emails" in page.inner_text("#flash")
     tabs = wait_for_text(page, _queue_url(base, "emails", state="purged"), "nav.tabs", "purged (12)")
     assert "waiting" not in tabs or "waiting (0)" in tabs
+
+
+def test_a_routed_queue_is_shown_and_acted_on_in_its_set(deployment: Deployment, page: Page) -> None:
+    base, config = deployment.urls[0], deployment.config
+    ledger = config.topic_set(sc.LEDGER)
+    log_in(page, base)
+    page.goto(base + "/")
+    page.click(f"table.queues a[href='/queue?q={sc.INVOICES}&set={sc.LEDGER}']")
+    assert f"in topic set {sc.LEDGER}" in page.inner_text("h1")
+    tabs = wait_for_text(page, page.url, "nav.tabs", f"waiting ({sc.INVOICES_WAITING})")
+    assert f"acked ({sc.INVOICES_ACKED})" in tabs and "dead lettered (1)" in tabs
+    # a message of the set: its page names the set, and its payload is read from the set's topic
+    page.click("#messages tbody tr td a")
+    assert f"set={sc.LEDGER}" in page.url and '"invoice": 10' in page.inner_text("#payload")
+    # pause and resume: the set's control topic, not the default set's
+    page.goto(_queue_url(base, sc.INVOICES, set=sc.LEDGER))
+    page.click("#pause-form button")
+    assert f"Paused {sc.INVOICES} until resumed" in page.inner_text("#flash")
+    assert stats.control_state(config, ledger).paused(sc.INVOICES, now_ms())
+    assert sc.INVOICES not in stats.control_state(config, config.default_topics).paused_until
+    wait_for_text(page, _queue_url(base, sc.INVOICES, set=sc.LEDGER), "#pause-state", "paused")
+    page.click("#resume-form button")
+    assert not stats.control_state(config, ledger).paused(sc.INVOICES, now_ms())
+    # its dead letter: listed with its set, redriven from the set's dead-letter topic back onto the queue
+    letters = wait_for_text(page, f"{base}/dead-letters?set={sc.LEDGER}", "#letters", sc.INVOICE_REASON)
+    assert sc.LEDGER in letters and "smtp timeout" not in letters  # the default set's letters are filtered out
+    page.click(f"#letters button[name=one][value^='{sc.LEDGER}/']")
+    assert "Redrove 1 dead letter" in page.inner_text("#flash")
+    wait_for_text(page, f"{base}/dead-letters?set={sc.LEDGER}", "#letter-count", "0 of them wait")
+    consumer = Consumer(config, sc.INVOICES)
+    try:
+        got = receive_n(consumer, sc.INVOICES_WAITING + 1, timeout_s=30)
+        assert sorted(m.payload.decode() for m in got) == sorted(
+            ['{"invoice": 100}', '{"invoice": 101}', deployment.scenario.rejected_invoice])
+        for message in got:
+            message.ack()
+        consumer.flush()
+    finally:
+        consumer.close()
+    wait_for_text(page, _queue_url(base, sc.INVOICES, set=sc.LEDGER), "nav.tabs", f"acked ({sc.INVOICES_ACKED + 3})")
+
+
+def test_a_moving_queue_is_shown_in_both_sets_and_paused_in_both(deployment: Deployment, page: Page) -> None:
+    base, config = deployment.urls[0], deployment.config
+    log_in(page, base)
+    # one queue, two sets: a page each, each listing its own set's messages (their ids may be equal: the URL says
+    # which set's)
+    wait_for_text(page, _queue_url(base, sc.MOVING, set="default"), "nav.tabs", f"waiting ({sc.MOVED_BEFORE})")
+    assert sc.LEDGER in page.inner_text("#also-in")
+    page.click("#messages tbody tr td a")
+    assert "set=default" in page.url and "before the move" in page.inner_text("#payload")
+    wait_for_text(page, _queue_url(base, sc.MOVING, set=sc.LEDGER), "nav.tabs", f"waiting ({sc.MOVED_AFTER})")
+    screenshot(page, "queue-moving")
+    page.click("#messages tbody tr td a")
+    assert f"set={sc.LEDGER}" in page.url and "after the move" in page.inner_text("#payload")
+    # a pause holds in both sets, as kmq pause's does: consumers of both sets follow it
+    page.goto(_queue_url(base, sc.MOVING, set=sc.LEDGER))
+    assert "default" in page.inner_text("#control-sets")
+    page.click("#pause-form button")
+    assert "Written to the control topics of sets ledger, default" in page.inner_text("#flash")
+    for topic_set in config.reading_sets(sc.MOVING):
+        assert stats.control_state(config, topic_set).paused(sc.MOVING, now_ms()), topic_set.name
+    wait_for_text(page, _queue_url(base, sc.MOVING, set="default"), "#pause-state", "paused")  # read from both sets
+    wait_for_text(page, _queue_url(base, sc.MOVING, set=sc.LEDGER), "#pause-state", "paused")
+    page.click("#resume-form button")
+    for topic_set in config.reading_sets(sc.MOVING):
+        assert not stats.control_state(config, topic_set).paused(sc.MOVING, now_ms()), topic_set.name

@@ -85,7 +85,7 @@ def held_by(metrics_port: int) -> int:
     """Messages a worker holds now (read and not settled: buffered or running), from its /metrics; 0 if it does not
     answer."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=1) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
             text = answer.read().decode()
     except OSError:
         return 0
@@ -100,8 +100,7 @@ def free_port() -> int:
 
 
 def await_members(config: Config, count: int, timeout_s: float = 60) -> None:
-    """Wait until ``count`` workers share every queue: jobs sent before worker 1 (started as worker 2, but slower
-    to import under load) joined were all taken by worker 2, and the kill then cost nothing."""
+    """Wait until ``count`` workers are members of every queue's group."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if all((group_members(config, config.consumer_group(q), 5) or 0) >= count for q in QUEUES):
@@ -117,12 +116,14 @@ def run(config: Config, logs_dir: Path, jobs_per_queue: int = JOBS_PER_QUEUE) ->
     worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", str(CONCURRENCY),
                    "--backoff-base", "0.2", "--backoff-max", "1", *[a for q in QUEUES for a in ("--queue", q)]]
     watched = free_port()  # worker 1's /metrics: it is killed while it holds jobs, so the crash costs something
-    workers = [start([*worker_args, "--metrics-port", str(watched)], env, logs_dir / "worker-1.log"),
-               start(worker_args, env, logs_dir / "worker-2.log")]
-    await_members(config, len(workers))
+    # Worker 1 joins alone and takes the backlog as it arrives; worker 2 joins and shares it after the send. Started
+    # together, worker 1 (slower to import under load) could join after worker 2 had read all of it and hold nothing.
+    workers = [start([*worker_args, "--metrics-port", str(watched)], env, logs_dir / "worker-1.log")]
+    await_members(config, 1)
     started = time.monotonic()
     sent = send_jobs(config, jobs_per_queue)
     say(f"sent {sum(map(len, sent.values())):,} jobs to {', '.join(QUEUES)} in {time.monotonic() - started:.1f}s")
+    workers.append(start(worker_args, env, logs_dir / "worker-2.log"))
     scanner = Scanner(config, config.default_topics)
     killed = False
     total = sum(map(len, sent.values()))
@@ -130,8 +131,6 @@ def run(config: Config, logs_dir: Path, jobs_per_queue: int = JOBS_PER_QUEUE) ->
     try:
         while time.monotonic() - started < TIMEOUT_S:
             if not killed:
-                # Watched from the start: worker 1 may start seconds after worker 2 (imports under load) and the
-                # backlog then drains fast, so waiting for a share of it to be done first missed the window.
                 held = held_by(watched)
                 if held >= KILL_HOLDING or done >= total * 9 // 10:  # the latter: a worker starved all along
                     workers[0].send_signal(signal.SIGKILL)

@@ -1,0 +1,115 @@
+"""ConsumerParts: a consumer's named parts, built and wired in the order data flows through them.
+
+``build_parts`` makes the Kafka clients (through the ClientFactory seam) and every part that works on them; the
+Consumer facade and its PollLoop then reach each part by name. Building starts nothing: the Consumer starts the
+control follower, claims its identity, subscribes and starts the loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from kmq import _kafka
+from kmq._kafka.commit_policy import CommitPolicy
+from kmq._kafka.factory import ClientFactory, ControlClient, GroupClient, ProducerClient
+from kmq._kafka.group import GroupMembership
+from kmq.client.consumer.client_errors import ClientErrors
+from kmq.client.consumer.committer import QueueCommitter
+from kmq.client.consumer.hand_out import HandOut
+from kmq.client.consumer.identity import ClientIdentity
+from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
+from kmq.client.consumer.intake import Intake, Record
+from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.offset_book import OffsetBook
+from kmq.client.consumer.ready_gate import ReadyGate
+from kmq.client.consumer.rebalances import Rebalances
+from kmq.client.consumer.start_pipeline import StartPipeline, to_message
+from kmq.client.message import Message
+from kmq.config import Config
+from kmq.wire.control import ControlState
+
+#: Commit the offsets no hand-out waits for at least this often.
+IDLE_COMMIT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerParts:
+    """Every part of one queue's consumer."""
+
+    #: The markers producer (Starts, settles, dead letters) and the marker writer over it.
+    producer: ProducerClient
+    writer: MarkerWriter
+    #: Messages from their Start until settled, and the settler of this queue's messages (at most once: no markers).
+    in_flight: InFlightMessages
+    settler: InFlightMessages | AtMostOnceMessages
+    #: The ready buffer ``receive`` takes from, and its back-pressure.
+    out: HandOut
+    control: ControlClient
+    identity: ClientIdentity | None
+    errors: ClientErrors
+    #: The Kafka group member, and what reads, Starts, commits and hands out through it.
+    client: GroupClient
+    membership: GroupMembership
+    intake: Intake
+    book: OffsetBook
+    committer: QueueCommitter
+    pipeline: StartPipeline
+    gate: ReadyGate
+    #: Set to stop the loop (and any wait for Starts on it).
+    stop: threading.Event
+
+
+def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_flight: int | None,
+                on_control: Callable[[ControlState], None], closed: Callable[[], bool],
+                logger: structlog.typing.FilteringBoundLogger) -> ConsumerParts:
+    key = queue.encode()
+    out = HandOut(config.receive_buffer_capacity, config.max_in_flight)
+    if max_in_flight is not None:  # before the loop starts: its first Starts already keep to it
+        out.limit = max_in_flight
+    producer = clients.producer(
+        _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
+    instance_id = _kafka.instance_id()
+    writer = MarkerWriter(config, key, producer, instance_id=instance_id, client_id=config.client_id)
+    in_flight = InFlightMessages(config, queue, writer, producer, out.wake_loop)
+    settler: InFlightMessages | AtMostOnceMessages = (
+        AtMostOnceMessages(config, producer) if queue in config.at_most_once_queues else in_flight)
+    control = clients.control(config, on_control)
+    #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
+    identity = (ClientIdentity(config.client_id, instance_id, producer, control, config.connect_timeout_ms / 1000 + 20)
+                if config.client_id else None)
+    errors = ClientErrors(config, queue, logger)
+    client = clients.group_consumer({
+        **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
+        "error_cb": errors.on_client_error,
+    })
+    intake = Intake(client, key, errors.on_record_error, config.receive_buffer_capacity, config.max_read_ahead_records)
+    book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
+    committer = QueueCommitter(client, book, queue)
+    gate = ReadyGate(out=out, in_flight=in_flight, settler=settler, writer=writer,
+                     purged_before=lambda: control.state.purged_before.get(queue),
+                     dead_letter_expired=config.expired_messages == "dead-letter")
+    keep_alive_s = config.keep_alive_interval_ms / 1000
+
+    def make_message(record: Record) -> Message:
+        return to_message(record, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
+
+    stop = threading.Event()
+    pipeline = StartPipeline(
+        key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
+        commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
+        stopping=stop, write_starts=settler is in_flight)
+    rebalances = Rebalances(topic=config.message_topic, intake=intake, pipeline=pipeline, book=book,
+                            committer=committer, closed=closed)
+    membership = GroupMembership(
+        config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+        join_bound_s=config.connect_timeout_ms / 1000, on_revoking=rebalances.on_revoking,
+        on_dropped=rebalances.on_dropped, on_changed=rebalances.on_changed, logger=logger)
+    errors.membership = membership
+    return ConsumerParts(producer=producer, writer=writer, in_flight=in_flight, settler=settler, out=out,
+                         control=control, identity=identity, errors=errors, client=client, membership=membership,
+                         intake=intake, book=book, committer=committer, pipeline=pipeline, gate=gate, stop=stop)

@@ -148,6 +148,12 @@ class Config:
     #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
     #: never handed to a handler: see ``expired_messages``.
     queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
+    #: Per queue, how many messages of one message group may be in flight at once (YAML only; default 1: in order,
+    #: one at a time). More than 1 gives up order within a group: groups are then fairness keys only.
+    group_concurrency: Mapping[str, int] = field(default_factory=dict)
+    #: Grouped messages a consumer holds read and not finished (payloads in memory), past which it reads no
+    #: further until some finish: the bound on how far a group waiting on a slow message lets others get ahead.
+    group_buffer_records: int = 200_000
     #: What a consumer does with an expired message: "dead-letter" it (reason "expired") or "drop" it; both count.
     expired_messages: str = "dead-letter"
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
@@ -184,7 +190,7 @@ class Config:
                                                     f"got {self.rebalance_protocol!r}")
         _non_negative("settle_linger_ms", self.settle_linger_ms)
         for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
-                     "max_read_ahead_records",
+                     "max_read_ahead_records", "group_buffer_records",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms"):
             _positive(name, getattr(self, name))
@@ -197,6 +203,11 @@ class Config:
         for queue, ttl in self.queue_ttl_ms.items():
             _positive(f"queue_ttl_ms.{queue}", ttl)
         object.__setattr__(self, "queue_ttl_ms", MappingProxyType(dict(self.queue_ttl_ms)))
+        if not isinstance(self.group_concurrency, Mapping):
+            raise ConfigError("group_concurrency", "must be a mapping of queue name to a number of messages")
+        for queue, limit in self.group_concurrency.items():
+            _positive(f"group_concurrency.{queue}", limit)
+        object.__setattr__(self, "group_concurrency", MappingProxyType(dict(self.group_concurrency)))
         if self.expired_messages not in EXPIRED_ACTIONS:
             raise ConfigError("expired_messages", f"must be one of {', '.join(EXPIRED_ACTIONS)}, "
                                                   f"got {self.expired_messages!r}")
@@ -253,6 +264,17 @@ class Config:
         """How often a consumer writes keep-alives for a message in flight: half the redelivery timeout."""
         return self.redelivery_timeout_ms // 2
 
+    @property
+    def session_timeout_ms(self) -> int:
+        """The consumer group session timeout (``session.timeout.ms`` in ``consumer_kafka`` or ``kafka``;
+        librdkafka's default otherwise)."""
+        raw = self.consumer_kafka.get("session.timeout.ms", self.kafka.get("session.timeout.ms", 45_000))
+        return int(raw)
+
+    def group_concurrency_of(self, queue: str) -> int:
+        """How many messages of one group of ``queue`` may be in flight at once (``group_concurrency``)."""
+        return self.group_concurrency.get(queue, 1)
+
     def redacted_kafka(self) -> dict[str, str]:
         """The passthrough settings with secrets replaced, for logs."""
         return {k: ("***" if k in SECRET_KAFKA_KEYS else v) for k, v in self.kafka.items()}
@@ -262,6 +284,7 @@ class Config:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["kafka"], fields["consumer_kafka"] = dict(self.kafka), dict(self.consumer_kafka)
         fields["queue_ttl_ms"] = dict(self.queue_ttl_ms)
+        fields["group_concurrency"] = dict(self.group_concurrency)
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
@@ -339,7 +362,7 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     items: list[tuple[str, Any]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if name == "queue_ttl_ms":
+        if name in ("queue_ttl_ms", "group_concurrency"):
             items.append((name, value))
         elif name in ("kafka", "consumer_kafka"):
             if value is not None and not isinstance(value, Mapping):

@@ -125,7 +125,7 @@ class PolledProducer:
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = None,
                        on_record: Callable[[KafkaMessage], None] | None = None, block: bool = True,
-                       ) -> Delivery[MessageId]:
+                       partition: int | None = None) -> Delivery[MessageId]:
         """A Delivery for one record; ``on_record`` sees the delivered record (its broker timestamp) first."""
         delivery: Delivery[MessageId] = Delivery()
 
@@ -138,7 +138,7 @@ class PolledProducer:
                 on_record(record)
             delivery._set(message_id(record), None)
 
-        self.produce(topic, value, key, headers, done, block=block)
+        self.produce(topic, value, key, headers, done, partition=partition, block=block)
         return delivery
 
     def wait(self, delivery: Delivery[Any], timeout_s: float) -> bool:

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from kmq import otel
 from kmq.errors import MessageSettledError
-from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
+from kmq.wire import HEADER_DELIVER_AT, HEADER_GROUP, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
 
 
 class Settler(Protocol):
@@ -31,7 +31,8 @@ class Message:
 
     #: The bytes the producer sent.
     payload: bytes
-    #: The producer's headers (values as bytes), and kmq's time limit, due time and expiry when the send set them.
+    #: The producer's headers (values as bytes), and kmq's time limit, due time, expiry and group when the send set
+    #: them.
     headers: dict[str, bytes]
     #: The queue it was received from.
     queue: str
@@ -70,6 +71,13 @@ class Message:
         """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
         raw = self.headers.get(HEADER_DELIVER_AT)
         return datetime_from_ms(int(raw)) if raw else None
+
+    @property
+    def group(self) -> str | None:
+        """The message group it was sent with (``send(group=…)``), or None: its group's messages are handed out in
+        the order they were written and one at a time (see the message groups guide)."""
+        raw = self.headers.get(HEADER_GROUP)
+        return raw.decode(errors="replace") if raw else None
 
     @property
     def redelivered(self) -> bool:

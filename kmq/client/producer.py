@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import TracebackType
@@ -10,10 +11,10 @@ from typing import Any, NamedTuple
 import structlog
 
 from kmq import _kafka, otel, wire
-from kmq.config import Config
+from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
-from kmq.wire import MessageId
+from kmq.wire import MessageId, partitioning
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -23,11 +24,17 @@ DeliveryCallback = Callable[[KmqError | None, MessageId | None], None]
 
 
 class OutgoingRecord(NamedTuple):
-    """One send, checked and ready to produce: the value, every header, and its ``send`` span when tracing."""
+    """One send, checked and ready to produce: the value, every header, its ``send`` span when tracing, and the
+    partition its group picks (None: librdkafka's partitioner)."""
 
     data: bytes
     headers: list[tuple[str, bytes]]
     span: Any = None
+    partition: int | None = None
+
+
+#: How long a producer trusts the messages topic's partition count it read (groups pick partitions with it).
+PARTITIONS_TTL_S = 60.0
 
 
 def check_payload(payload: object, limit: int) -> bytes:
@@ -112,6 +119,8 @@ class Producer:
             warm_topic=config.message_topic)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
+        #: The messages topic's partition count and when it was read (message groups pick their partition).
+        self._partitions = (0, 0.0)
 
     @property
     def queue(self) -> str:
@@ -121,17 +130,19 @@ class Producer:
     def send_async(self, payload: Payload, headers: HeadersIn = None,
                    on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
                    delay: float | None = None, deliver_at: datetime | None = None,
-                   ttl: float | None = None) -> Delivery[MessageId]:
+                   ttl: float | None = None, group: str | None = None) -> Delivery[MessageId]:
         """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
         (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
-        seconds (default: the queue's ``queue_ttl_ms``) no handler gets it."""
-        data, out, span = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
-                                        ttl=ttl)
-        if span is None:  # not tracing: the path of every send, kept as short as before
-            future = self._client.produce_future(self._config.message_topic, data, self._key, out)
+        seconds (default: the queue's ``queue_ttl_ms``) no handler gets it. ``group`` (a message group, e.g. an
+        account id): the group's messages are handed out in the order they were written and one at a time (see
+        the message groups guide)."""
+        record = self._prepare(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at, ttl=ttl,
+                               group=group)
+        if record.span is None and record.partition is None:  # the path of most sends, kept as short as before
+            future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers)
         else:
-            future = self._produce(OutgoingRecord(data, out, span))
+            future = self._produce(record)
         if on_delivery is not None:
             callback = on_delivery
 
@@ -143,7 +154,7 @@ class Producer:
         return future
 
     def _prepare(self, payload: Payload, headers: HeadersIn, *, time_limit: float | None, delay: float | None,
-                 deliver_at: datetime | None, ttl: float | None) -> OutgoingRecord:
+                 deliver_at: datetime | None, ttl: float | None, group: str | None = None) -> OutgoingRecord:
         """A send checked and made a record (kmq's option headers, the trace context when tracing), not produced
         yet: ``kmq.aio`` produces it when librdkafka's queue has room, without blocking its event loop."""
         if self._closed:
@@ -155,16 +166,41 @@ class Producer:
             ttl_s = _seconds("ttl", ttl, positive=True) if ttl is not None else self._default_ttl_ms / 1000
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
                                   expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
+        partition = None
+        if group is not None:
+            out.append((wire.HEADER_GROUP, self._check_group(group).encode()))
+            partition = partitioning.partition_for(self._queue, group, self._partition_count())
         tracing = otel.tracer()
         span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
-        return OutgoingRecord(data, out, span)
+        return OutgoingRecord(data, out, span, partition)
+
+    def _check_group(self, group: object) -> str:
+        try:
+            name = wire.validate_group(group)
+        except ValueError as err:
+            raise PayloadError(str(err)) from None
+        if self._config.marker_format != MARKER_FORMAT_KMQ:
+            raise PayloadError(f"message groups need marker_format: kmq (this producer's config has "
+                               f"{self._config.marker_format!r}): kafka-mq-go's consumers and trackers cannot keep a "
+                               "group's order")
+        return name
+
+    def _partition_count(self) -> int:
+        """The messages topic's partitions (read at most every PARTITIONS_TTL_S): a group's partition is its hash
+        modulo this, as every producer computes it."""
+        count, read_at = self._partitions
+        if not count or time.monotonic() - read_at > PARTITIONS_TTL_S:
+            count = len(_kafka.topic_partitions(self._client.client, self._config, self._config.message_topic,
+                                                "message"))
+            self._partitions = (count, time.monotonic())
+        return count
 
     def _produce(self, record: OutgoingRecord, block: bool = True) -> Delivery[MessageId]:
         """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
         of waiting for room."""
         try:
             future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
-                                                 block=block)
+                                                 block=block, partition=record.partition)
         except Exception as err:
             if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
                 otel.end_send(record.span, None, err)
@@ -175,12 +211,12 @@ class Producer:
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
              time_limit: float | None = None, delay: float | None = None,
-             deliver_at: datetime | None = None, ttl: float | None = None) -> MessageId:
+             deliver_at: datetime | None = None, ttl: float | None = None, group: str | None = None) -> MessageId:
         """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout. See
         ``send_async`` for the keyword options."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
         future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
-                                 ttl=ttl)
+                                 ttl=ttl, group=group)
         if not self._client.wait(future, wait_s):
             raise DeliveryError(
                 f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "

@@ -245,15 +245,20 @@ class Consumer:
                 "again)", undelivered)
 
     def _settle_unsettled(self, never_received: set[MessageId]) -> None:
-        """At close: gives back what no handler saw (its delivery count stays), releases what one may have."""
+        """At close: gives back what no handler saw (its delivery count stays), releases what one may have. A
+        grouped message's settle is owner-tracked: the next owner of its partition hands it out again."""
         unsettled = self._p.in_flight.close()
+        if self._p.groups is not None:
+            self._p.groups.close()
         returned = 0
-        for message_id in unsettled:
-            if message_id in never_received:
-                self._p.writer.give_back(message_id)
+        writer = self._p.writer
+        for message in unsettled:
+            sink = writer.owned if message.group is not None else writer.settles.plain
+            if message.message_id in never_received:
+                sink.give_back(message.message_id)
                 returned += 1
             else:
-                self._p.writer.release(message_id, 0)
+                sink.release(message.message_id, 0)
         self.settled_at_close = {"released": len(unsettled) - returned, "returned": returned}
         if unsettled:
             self._log.info("consumer_close_released", **self.settled_at_close)

@@ -19,6 +19,8 @@ from kmq.wire import MessageId
 
 #: Told the ids of a durable Start or keep-alive record and the broker time it was appended at (ms).
 Durable = Callable[[Sequence[MessageId], int], None]
+#: Told the ids a durable Start record (kmq format) Started and its offset on the markers topic.
+StartRecorded = Callable[[Sequence[MessageId], int], None]
 
 
 def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
@@ -28,8 +30,8 @@ def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
 class MarkerChannel:
     """One queue's marker output: the producer and topic, and the reports of what became durable. Any thread."""
 
-    __slots__ = ("after_ms", "batched", "broker_time", "client_id", "instance_id", "key", "on_durable", "producer",
-                 "topic")
+    __slots__ = ("after_ms", "batched", "broker_time", "client_id", "instance_id", "key", "on_durable",
+                 "on_start_record", "producer", "topic")
 
     def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
@@ -42,6 +44,8 @@ class MarkerChannel:
         self.instance_id = instance_id
         self.broker_time = BrokerTime()
         self.on_durable: Durable = _ignore
+        #: Set by a consumer of grouped messages: where its commits' ``m=`` comes from (groups.MarkerFloor).
+        self.on_start_record: StartRecorded | None = None
 
     @property
     def queue(self) -> str:

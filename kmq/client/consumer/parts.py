@@ -18,11 +18,17 @@ from kmq import _kafka
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, ControlClient, GroupClient, ProducerClient
 from kmq._kafka.group import GroupMembership
+from kmq._kafka.offsets import committed_with_metadata
+from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.client_errors import ClientErrors
 from kmq.client.consumer.committer import QueueCommitter
+from kmq.client.consumer.groups.dispatch import GroupDispatch
+from kmq.client.consumer.groups.follower import MarkersFollower
+from kmq.client.consumer.groups.owned_starts import OwnedStarts
+from kmq.client.consumer.groups.takeover import Takeover
 from kmq.client.consumer.hand_out import HandOut
 from kmq.client.consumer.identity import ClientIdentity
-from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
+from kmq.client.consumer.in_flight import InFlightMessages
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook
@@ -30,7 +36,7 @@ from kmq.client.consumer.ready_gate import ReadyGate
 from kmq.client.consumer.rebalances import Rebalances
 from kmq.client.consumer.start_pipeline import StartPipeline, to_message
 from kmq.client.message import Message
-from kmq.config import Config
+from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.wire.control import ControlState
 
 #: Commit the offsets no hand-out waits for at least this often.
@@ -60,6 +66,8 @@ class ConsumerParts:
     committer: QueueCommitter
     pipeline: StartPipeline
     gate: ReadyGate
+    #: Message groups (None: an at-most-once queue, or the kafka-mq-go marker format, where groups are plain).
+    groups: GroupDispatch | None
     #: Set to stop the loop (and any wait for Starts on it).
     stop: threading.Event
 
@@ -99,17 +107,50 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
         return to_message(record, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
 
     stop = threading.Event()
+    groups = None
+    if config.marker_format == MARKER_FORMAT_KMQ and settler is in_flight:
+        groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, gate, make_message,
+                               instance_id, logger)
+        committer.groups = groups
     pipeline = StartPipeline(
         key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
-        stopping=stop, write_starts=settler is in_flight)
+        stopping=stop, write_starts=settler is in_flight, divert=None if groups is None else groups.divert)
     rebalances = Rebalances(topic=config.message_topic, intake=intake, pipeline=pipeline, book=book,
-                            committer=committer, closed=closed)
+                            committer=committer, groups=groups, keep_alives=in_flight.keep_alives, closed=closed)
     membership = GroupMembership(
         config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
-        join_bound_s=config.connect_timeout_ms / 1000, on_revoking=rebalances.on_revoking,
-        on_dropped=rebalances.on_dropped, on_changed=rebalances.on_changed, logger=logger)
+        join_bound_s=config.connect_timeout_ms / 1000, on_assigned=rebalances.on_assigned,
+        on_revoking=rebalances.on_revoking, on_dropped=rebalances.on_dropped, on_changed=rebalances.on_changed,
+        logger=logger)
     errors.membership = membership
     return ConsumerParts(producer=producer, writer=writer, in_flight=in_flight, settler=settler, out=out,
                          control=control, identity=identity, errors=errors, client=client, membership=membership,
-                         intake=intake, book=book, committer=committer, pipeline=pipeline, gate=gate, stop=stop)
+                         intake=intake, book=book, committer=committer, pipeline=pipeline, gate=gate, groups=groups,
+                         stop=stop)
+
+
+def _build_groups(config: Config, queue: str, clients: ClientFactory, client: GroupClient, writer: MarkerWriter,
+                  in_flight: InFlightMessages, intake: Intake, book: OffsetBook, gate: ReadyGate,
+                  make_message: Callable[[Record], Message], instance_id: str,
+                  logger: structlog.typing.FilteringBoundLogger) -> GroupDispatch:
+    """The message groups' parts, wired to the consumer's (see kmq.client.consumer.groups)."""
+    topic, timeout_s = config.message_topic, config.connect_timeout_ms / 1000
+
+    def committed_of(partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+        return committed_with_metadata(client, topic, partitions, timeout_s)
+
+    takeover = Takeover(MarkersFollower(config, queue, instance_id, clients), committed_of,
+                        writer.broker_time.now_ms, logger)
+    groups = GroupDispatch(
+        concurrency=config.group_concurrency_of(queue), max_deliveries=config.max_deliveries,
+        buffer_records=config.group_buffer_records, writer=writer,
+        starts=OwnedStarts(writer, gate.put, add=in_flight.add, discard=in_flight.discard), takeover=takeover,
+        make_message=make_message,
+        dead_letter=in_flight.dead_letter, put_back=intake.put_back,
+        rewind=lambda p, offset: book.rewind({(topic, p): offset}), touch=lambda p: book.touch((topic, p)),
+        logger=logger)
+    in_flight.on_group_settle = groups.settled
+    writer.settles.on_ended = groups.ended
+    writer.channel.on_start_record = groups.start_recorded
+    return groups

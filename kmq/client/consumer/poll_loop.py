@@ -60,8 +60,10 @@ class PollLoop:
 
     def _poll_once(self) -> None:
         p = self._p
-        pipeline, intake = p.pipeline, p.intake
+        pipeline, intake, groups = p.pipeline, p.intake, p.groups
         p.gate.put_due()
+        if groups is not None:
+            groups.advance()
         room = 0 if self.paused() or not self.taking else self.usable_room()
         intake.update_pause()
         busy = len(intake) or len(pipeline)
@@ -69,17 +71,34 @@ class PollLoop:
         next_due_s = p.gate.next_due_in_s()
         if next_due_s is not None:
             wait_s = min(wait_s, next_due_s)
+        if groups is not None:
+            wait_s = groups.wait_s(wait_s)
         if room <= 0 and not pipeline:
             p.out.wait_for_room(self.usable_room, self.room)
             wait_s = 0.0
+        keep_alives = p.in_flight.keep_alives
+        keep_alives.fetch_began()
         intake.fetch(wait_s)  # may run rebalance callbacks
+        keep_alives.fetched()
         started = False
-        if room > 0 and len(intake) and not pipeline.full() and not self.paused():
-            pipeline.start(intake.take(room))
-            started = True
+        if room > 0 and not self.paused():
+            if groups is not None:
+                room -= groups.hand_out(self._group_share(room))
+            if room > 0 and len(intake) and not pipeline.full() and not (groups is not None and groups.full):
+                pipeline.start(intake.take(room))
+                started = True
         pipeline.advance(block=not started or pipeline.full())
         if p.book and not pipeline and p.book.policy.due():
             p.committer.commit_pending()
+
+    def _group_share(self, room: int) -> int:
+        """Fair dispatch: the room grouped messages may take this round. Plain messages waiting in the backlog are
+        one more participant of the round, with a share like a group's."""
+        groups = self._p.groups
+        assert groups is not None
+        if not len(self._p.intake):
+            return room
+        return room - max(1, room // (groups.ready + 1))
 
     def paused(self) -> bool:
         """Paused (kmq pause): take no new messages; those in flight finish. Asked again after each fetch, since a
@@ -88,7 +107,12 @@ class PollLoop:
         return bool(state.paused_until) and state.paused(self._queue, wire.now_ms())
 
     def room(self) -> int:
-        return self._p.out.room(self._p.pipeline.waiting, len(self._p.in_flight))
+        return self._p.out.room(self._starting(), len(self._p.in_flight))
 
     def usable_room(self) -> int:
-        return self._p.out.usable_room(self._p.pipeline.waiting, len(self._p.in_flight))
+        return self._p.out.usable_room(self._starting(), len(self._p.in_flight))
+
+    def _starting(self) -> int:
+        """Messages Started and not yet in the ready buffer."""
+        groups = self._p.groups
+        return self._p.pipeline.waiting + (0 if groups is None else groups.waiting)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.due_times import DueTimes
 from kmq.client.consumer.hand_out import HandOut
-from kmq.client.consumer.in_flight import AtMostOnceMessages, InFlightMessages
+from kmq.client.consumer.in_flight import InFlightMessages
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
+from kmq.wire import HEADER_GROUP
 
 
 class ReadyGate:
@@ -43,6 +45,11 @@ class ReadyGate:
                     self._settler.purge(message)
                 messages = [m for m in messages if not m.settled]
         ready, hops, expired = self._due.sort(messages)
+        if hops and any(HEADER_GROUP in m.headers for m, _ in hops):
+            # A grouped message goes out only once due (its group's ledger waits for it); no tracker would bring
+            # an owner-tracked message back from a hop.
+            ready += [m for m, _ in hops if HEADER_GROUP in m.headers]
+            hops = [(m, d) for m, d in hops if HEADER_GROUP not in m.headers]
         for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
             self._in_flight.discard(message.message_id)
             self._writer.delay(message.message_id, delay_ms)

@@ -86,7 +86,8 @@ class StartPipeline:
                  in_flight: InFlightTable, to_message: Callable[[Record], Message],
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
-                 stopping: threading.Event | None = None, write_starts: bool = True) -> None:
+                 stopping: threading.Event | None = None, write_starts: bool = True,
+                 divert: Callable[[Record], bool] | None = None) -> None:
         self._key = key
         self._intake = intake
         self._writer = writer
@@ -99,6 +100,8 @@ class StartPipeline:
         #: False for an at-most-once queue: messages are committed and handed out with no Start and no keep-alives.
         self._write_starts = write_starts
         self._stopping = stopping or threading.Event()
+        #: Message groups: takes this queue's records that are the groups' concern (their offsets still count).
+        self._divert = divert
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
         self.waiting = 0
@@ -114,10 +117,10 @@ class StartPipeline:
     def start(self, records: list[Record]) -> None:
         offsets: dict[TopicPartitionKey, int] = {}
         own = []
-        key = self._key
+        key, divert = self._key, self._divert
         for record in records:
             offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
-            if record.key() == key:
+            if record.key() == key and (divert is None or not divert(record)):
                 own.append(record)
         if not own and not self._batches:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip

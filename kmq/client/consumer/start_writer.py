@@ -62,14 +62,27 @@ class StartWriter:
             deliveries.append(self._write_starts((), refs[at:at + step]))
         return deliveries
 
-    def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable]) -> Delivery[MessageId]:
+    def start_owned(self, messages: Sequence[Startable]) -> list[Delivery[MessageId]]:
+        """Writes the owner-tracked Starts of grouped ``messages`` (kmq format): by reference, since their owner
+        redelivers them from its own reading of the record and no tracker copies them."""
+        step = max(1, self._start_record_bytes // START_OVERHEAD_BYTES)
+        return [self._write_starts((), messages[at:at + step], owner_tracked=True)
+                for at in range(0, len(messages), step)]
+
+    def _write_starts(self, chunk: Sequence[Startable], refs: Sequence[Startable], *,
+                      owner_tracked: bool = False) -> Delivery[MessageId]:
         channel = self._channel
         value = encode_starts(channel.key, channel.after_ms, chunk, refs=refs, client_id=channel.client_id,
-                              instance_id=channel.instance_id)
+                              instance_id=channel.instance_id, owner_tracked=owner_tracked)
         ids = [m.message_id for m in (*chunk, *refs)]  # every message this record Starts, by copy or reference
         sent_at = time.monotonic()
-        return channel.producer.produce_future(channel.topic, value, channel.key,
-                                               on_record=lambda record: channel.durable(ids, sent_at, record))
+
+        def on_record(record: Any) -> None:
+            channel.durable(ids, sent_at, record)
+            if channel.on_start_record is not None:
+                channel.on_start_record(ids, record.offset())
+
+        return channel.producer.produce_future(channel.topic, value, channel.key, on_record=on_record)
 
     def _write_plain_starts(self, messages: Sequence[Startable]) -> Delivery[MessageId]:
         """One record per Start, one Delivery for them all: done when the last is, failed if any failed."""

@@ -1,0 +1,147 @@
+"""Message groups on a real broker, through the library: order and one at a time per group, in-place redelivery
+(release, release with a delay, give-back, a closed consumer), and a new owner that takes over what an earlier one
+held. The oracle is the handlers' own log: per group, when each message started and ended."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import pytest
+
+from kmq import Service
+from kmq.client.message import Message
+from kmq.config import Config
+from kmq.errors import PayloadError
+from tests.helpers import ConfigFactory
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class GroupLog:
+    """The handlers' log: per group, (payload, start, end) of each run; checks order and one at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.runs: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+
+    def run(self, message: Message, work_s: float) -> None:
+        start = time.monotonic()
+        time.sleep(work_s)
+        with self._lock:
+            self.runs[message.group or ""].append((int(message.payload), start, time.monotonic()))
+
+    def check(self, sent: dict[str, list[int]]) -> None:
+        for group, numbers in sent.items():
+            runs = sorted(self.runs[group], key=lambda r: r[1])
+            done = [n for n, _, _ in runs]
+            assert sorted(set(done)) == numbers, f"group {group}: lost {set(numbers) - set(done)}"
+            firsts = list(dict.fromkeys(done))
+            assert firsts == numbers, f"group {group} ran out of order: {done}"
+            for (_, _, end), (_, start, _) in itertools.pairwise(runs):
+                assert start >= end - 0.001, f"group {group}: two runs at once"
+
+
+def _serve(consumer_of: Callable[[], object], handle: Callable[[Message], None], stop: threading.Event,
+           threads: int) -> list[threading.Thread]:
+    def work() -> None:
+        consumer = consumer_of()
+        while not stop.is_set():
+            message = consumer.receive(0.1)  # type: ignore[attr-defined]
+            if message is not None:
+                handle(message)
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    return workers
+
+
+def _send(config: Config, queue: str, groups: int, per_group: int) -> dict[str, list[int]]:
+    sent: dict[str, list[int]] = defaultdict(list)
+    with Service(config).queue(queue).producer() as producer:
+        for i in range(per_group):
+            for g in range(groups):
+                producer.send_async(b"%d" % i, group=f"account-{g}")
+                sent[f"account-{g}"].append(i)
+        assert producer.flush(30) == 0
+    return sent
+
+
+def _wait(log: GroupLog, total: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(len(r) for r in log.runs.values()) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_interleaved_groups_run_in_order_and_one_at_a_time_with_eight_threads(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=3)
+    sent = _send(config, "jobs", groups=2, per_group=20)
+    log, stop = GroupLog(), threading.Event()
+    with Service(config).queue("jobs").consumer() as consumer:
+        def handle(message: Message) -> None:
+            log.run(message, 0.02)
+            message.ack()
+        workers = _serve(lambda: consumer, handle, stop, threads=8)
+        _wait(log, 40, 60)
+        stop.set()
+        for worker in workers:
+            worker.join()
+    log.check(sent)
+
+
+def test_a_released_message_comes_back_before_the_later_ones_of_its_group(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=2)
+    sent = _send(config, "jobs", groups=3, per_group=6)
+    log, stop = GroupLog(), threading.Event()
+    counts: dict[tuple[str, int], list[int]] = defaultdict(list)
+    with Service(config).queue("jobs").consumer() as consumer:
+        def handle(message: Message) -> None:
+            number = int(message.payload)
+            counts[(message.group or "", number)].append(message.delivery_count)
+            if number % 2 == 0 and message.delivery_count == 1:
+                message.release(0.2 if number % 4 == 0 else 0)  # every even one fails once
+                return
+            log.run(message, 0.005)
+            message.ack()
+        workers = _serve(lambda: consumer, handle, stop, threads=4)
+        _wait(log, 18, 60)
+        stop.set()
+        for worker in workers:
+            worker.join()
+    log.check(sent)
+    assert all(c == [1, 2] for (_, n), c in counts.items() if n % 2 == 0), counts
+    assert all(c == [1] for (_, n), c in counts.items() if n % 2), counts
+
+
+def test_a_new_consumer_takes_over_in_place_what_a_closed_one_held(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=1)
+    sent = _send(config, "jobs", groups=4, per_group=5)
+    service = Service(config)
+    first = service.queue("jobs").consumer()
+    held = [m for m in (first.receive(10) for _ in range(4)) if m is not None]
+    assert sorted(m.group or "" for m in held) == [f"account-{g}" for g in range(4)]
+    assert all(m.payload == b"0" for m in held), "one per group, each its first"
+    first.close()  # releases what it held, in place
+    log, stop = GroupLog(), threading.Event()
+    with service.queue("jobs").consumer() as second:
+        def handle(message: Message) -> None:
+            log.run(message, 0.001)
+            message.ack()
+        workers = _serve(lambda: second, handle, stop, threads=4)
+        _wait(log, 20, 60)
+        stop.set()
+        for worker in workers:
+            worker.join()
+    log.check(sent)
+
+
+def test_a_grouped_send_with_the_kafka_mq_go_format_is_refused(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=1, marker_format="kafka-mq-go")
+    with Service(config).queue("jobs").producer() as producer, pytest.raises(PayloadError, match="marker_format"):
+        producer.send(b"x", group="a")
+    with Service(config).queue("jobs").producer() as producer, pytest.raises(PayloadError, match="group"):
+        producer.send(b"x", group="")

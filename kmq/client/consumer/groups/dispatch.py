@@ -48,7 +48,8 @@ class GroupDispatch:
                  starts: OwnedStarts, takeover: Takeover, make_message: Callable[[Any], Message],
                  dead_letter: Callable[[Message, str], None], put_back: Callable[[list[Any]], None],
                  rewind: Callable[[int, int], None], touch: Callable[[int], None],
-                 logger: structlog.typing.FilteringBoundLogger = log) -> None:
+                 logger: structlog.typing.FilteringBoundLogger = log,
+                 clock_ms: Callable[[], int] = wire.now_ms) -> None:
         self._concurrency = concurrency
         self._max_deliveries = max_deliveries
         self._buffer_records = buffer_records
@@ -61,6 +62,8 @@ class GroupDispatch:
         self._rewind = rewind
         self._touch = touch
         self._log = logger
+        #: Wall-clock ms: due times (``deliver_at``, a release's delay).
+        self._clock_ms = clock_ms
         self._ledgers: dict[int, PartitionLedger] = {}
         self._ring = ReadyRing()
         #: (kind, …) from other threads, applied by ``advance``; Start records noted for the marker floor.
@@ -90,7 +93,7 @@ class GroupDispatch:
         if group is None:
             return bool(ledger.entries) and ledger.skip_finished(offset)
         queue = ledger.add(offset, group, record, due_ms=_due_ms(headers))
-        self._ring.offer(ledger, queue, wire.now_ms())
+        self._ring.offer(ledger, queue, self._clock_ms())
         return True
 
     @property
@@ -117,7 +120,7 @@ class GroupDispatch:
 
     def advance(self) -> None:
         """Applies settles, durable Ends and Starts, an earlier owner's markers and lapsed leases."""
-        now = wire.now_ms()
+        now = self._clock_ms()
         events = self._events
         while events:
             event = events.popleft()
@@ -138,7 +141,7 @@ class GroupDispatch:
         """Takes up to ``room`` messages, one per ready group in turn, and Starts them; how many were taken."""
         if room <= 0:
             return 0
-        now = wire.now_ms()
+        now = self._clock_ms()
         taken = self._ring.take(room, now)
         if not taken:
             return 0
@@ -163,7 +166,7 @@ class GroupDispatch:
 
     def wait_s(self, idle_s: float) -> float:
         """How long the loop's next fetch may wait: briefly while grouped messages are out or due soon."""
-        due_ms = self._ring.next_due_in_ms(wire.now_ms())
+        due_ms = self._ring.next_due_in_ms(self._clock_ms())
         wait_s = idle_s if due_ms is None else min(idle_s, due_ms / 1000)
         if self._starts or self._events or self._takeover.replays or any(
                 ledger.held or ledger.buffered for ledger in self._ledgers.values()):
@@ -222,7 +225,7 @@ class GroupDispatch:
     def revoking(self, partitions: list[int], timeout_s: float) -> None:
         """Still ours: Starts on their way are waited for, and what was Started and not handed out is given back
         (free at once for the next owner, count unchanged); what handlers hold they keep alive and settle."""
-        now = wire.now_ms()
+        now = self._clock_ms()
         self._starts.advance(now, block_s=timeout_s)
         for partition in partitions:
             ledger = self._ledgers.get(partition)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kmq import logs
 from kmq._kafka.topics import create_topics
-from kmq.cli import format_table
+from kmq.cli.output import format_table
 from kmq.config import Config
 from kmq.ops.lifecycle import QueueSummary
 from kmq.ops.stats import Scanner

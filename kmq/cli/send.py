@@ -17,7 +17,8 @@ from kmq.errors import KmqError
 def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send = subcommand(subs, "send", "Send messages to a queue: an argument, a file, or stdin lines.",
                       "kmq send emails '{\"to\": \"a@b.c\"}'\n  kmq send emails --file job.json\n"
-                      "  cat jobs.txt | kmq send emails --stdin\n  kmq send emails load-test --count 100000")
+                      "  cat jobs.txt | kmq send emails --stdin\n  kmq send emails load-test --count 100000\n"
+                      "  kmq send invoices '{\"n\": 1}' --group account-7")
     send.add_argument("queue")
     send.add_argument("payload", nargs="?", help="the payload (UTF-8); or use --file / --stdin")
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
@@ -32,6 +33,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                       help="no handler gets it after this many seconds (it expires)")
     send.add_argument("--time-limit", type=number(float, 0, above=True), metavar="SECONDS",
                       help="a handler may run this long on it (overrides the worker's --time-limit)")
+    send.add_argument("--group", metavar="GROUP",
+                      help="message group: a group's messages are handed out in order, one at a time ('{i}' is "
+                           "replaced, like in the payload)")
     send.add_argument("--ids", action="store_true", help="print each message's id (PARTITION:OFFSET), one a line")
     return {"send": Command(cmd_send, usage_error)}
 
@@ -48,12 +52,15 @@ def usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[bytes]:
+def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[tuple[int, bytes]]:
+    """(i, payload) of each message to send."""
     if args.stdin:
+        i = 0
         for line in sys.stdin.buffer:
             payload = line.rstrip(b"\r\n")
             if payload.strip():
-                yield payload
+                yield i, payload
+                i += 1
             else:  # a blank line is a separator, not an empty job
                 skipped[0] += 1
     elif args.file is not None:
@@ -61,11 +68,11 @@ def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[bytes]:
             data = args.file.read_bytes()
         except OSError as err:
             raise KmqError(f"cannot read {args.file}: {err.strerror}") from err
-        for _ in range(args.count):
-            yield data
+        for i in range(args.count):
+            yield i, data
     elif args.payload is not None:
         for i in range(args.count):
-            yield args.payload.replace("{i}", str(i)).encode()
+            yield i, args.payload.replace("{i}", str(i)).encode()
 
 
 def cmd_send(config: Config, args: argparse.Namespace) -> int:
@@ -84,10 +91,11 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
     sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
     deliveries = []
     with Service(config).queue(args.queue).producer() as producer:
-        for payload in _payloads(args, skipped):
+        for i, payload in _payloads(args, skipped):
+            group = None if args.group is None else args.group.replace("{i}", str(i))
             deliveries.append(producer.send_async(payload, headers or None, delay=args.delay,
                                                   deliver_at=args.deliver_at, ttl=args.ttl,
-                                                  time_limit=args.time_limit))
+                                                  time_limit=args.time_limit, group=group))
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()

@@ -117,6 +117,9 @@ class FakeFollower:
     def broker_now_ms(self) -> int:
         return self._world.now
 
+    def end_offset(self) -> int:
+        return len(self._world.markers)
+
     def stop(self) -> None:
         self.position = -1
 
@@ -169,7 +172,8 @@ class Owner:
                                discard=lambda _mid: None),
             takeover=Takeover(FakeFollower(world), self._committed_of, lambda: world.now),  # type: ignore[arg-type]
             make_message=self._message, dead_letter=self._dead_letter, put_back=self.backlog.extendleft,
-            rewind=self._rewind, touch=lambda _p: None, clock_ms=lambda: world.now)
+            rewind=self._rewind, touch=lambda _p: None, commit=self._commit_now,
+            last_marker=lambda: len(world.markers) - 1, clock_ms=lambda: world.now)
         self.dispatch.assigned([0])
         self.read_pos = self.book = max(0, world.committed[0])
 
@@ -282,6 +286,10 @@ class Owner:
                                                      client_id="c", instance_id=self.instance))
             self.dispatch.start_recorded([MessageId(0, record.offset_)], offset)
         self.book = max(self.book, record.offset_ + 1)
+
+    def _commit_now(self, _partition: int, _since: int) -> bool:
+        self.commit()
+        return True
 
     def _rewind(self, _partition: int, offset: int) -> None:
         self.book = min(self.book, offset)

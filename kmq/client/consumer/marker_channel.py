@@ -30,8 +30,8 @@ def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
 class MarkerChannel:
     """One queue's marker output: the producer and topic, and the reports of what became durable. Any thread."""
 
-    __slots__ = ("after_ms", "batched", "broker_time", "client_id", "instance_id", "key", "on_durable",
-                 "on_start_record", "producer", "topic")
+    __slots__ = ("after_ms", "batched", "broker_time", "client_id", "instance_id", "key", "last_offset",
+                 "on_durable", "on_start_record", "producer", "topic")
 
     def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
@@ -46,6 +46,8 @@ class MarkerChannel:
         self.on_durable: Durable = _ignore
         #: Set by a consumer of grouped messages: where its commits' ``m=`` comes from (groups.MarkerFloor).
         self.on_start_record: StartRecorded | None = None
+        #: The markers offset of the newest of its records reported durable (-1: none yet).
+        self.last_offset = -1
 
     @property
     def queue(self) -> str:
@@ -54,6 +56,8 @@ class MarkerChannel:
     def durable(self, ids: Sequence[MessageId], sent_at: float, record: Any) -> None:
         """A record covering ``ids``, produced at ``sent_at`` (monotonic), is durable."""
         appended_ms = log_append_time_ms(record) if record is not None else 0
+        if record is not None:
+            self.last_offset = max(self.last_offset, record.offset())
         if appended_ms:
             self.broker_time.observe(sent_at, appended_ms)
             if ids:

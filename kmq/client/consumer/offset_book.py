@@ -41,6 +41,10 @@ class OffsetBook:
             self._pending[tp] = self._at[tp]
             self.policy.note(1)
 
+    def position(self, tp: TopicPartitionKey) -> int | None:
+        """The latest offset entered for ``tp``, committed or not."""
+        return self._at.get(tp)
+
     def forget(self, partitions: Iterable[TopicPartitionKey]) -> None:
         """Partitions this member no longer owns: their next owner commits."""
         for tp in partitions:

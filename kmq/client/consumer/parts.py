@@ -18,7 +18,7 @@ from kmq import _kafka
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, ControlClient, GroupClient, ProducerClient
 from kmq._kafka.group import GroupMembership
-from kmq._kafka.offsets import committed_with_metadata
+from kmq._kafka.offsets import CommitOutcome, committed_with_metadata
 from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.client_errors import ClientErrors
 from kmq.client.consumer.committer import QueueCommitter
@@ -109,8 +109,8 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
     stop = threading.Event()
     groups = None
     if config.marker_format == MARKER_FORMAT_KMQ and settler is in_flight:
-        groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, gate, make_message,
-                               instance_id, logger)
+        groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, committer, gate,
+                               make_message, instance_id, logger)
         committer.groups = groups
     pipeline = StartPipeline(
         key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
@@ -131,7 +131,8 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
 
 
 def _build_groups(config: Config, queue: str, clients: ClientFactory, client: GroupClient, writer: MarkerWriter,
-                  in_flight: InFlightMessages, intake: Intake, book: OffsetBook, gate: ReadyGate,
+                  in_flight: InFlightMessages, intake: Intake, book: OffsetBook, committer: QueueCommitter,
+                  gate: ReadyGate,
                   make_message: Callable[[Record], Message], instance_id: str,
                   logger: structlog.typing.FilteringBoundLogger) -> GroupDispatch:
     """The message groups' parts, wired to the consumer's (see kmq.client.consumer.groups)."""
@@ -149,8 +150,16 @@ def _build_groups(config: Config, queue: str, clients: ClientFactory, client: Gr
         make_message=make_message,
         dead_letter=in_flight.dead_letter, put_back=intake.put_back,
         rewind=lambda p, offset: book.rewind({(topic, p): offset}), touch=lambda p: book.touch((topic, p)),
+        commit=lambda p, since: _commit_partition(committer, book, (topic, p), since),
+        last_marker=lambda: writer.channel.last_offset,
         logger=logger)
     in_flight.on_group_settle = groups.settled
     writer.settles.on_ended = groups.ended
     writer.channel.on_start_record = groups.start_recorded
     return groups
+
+
+def _commit_partition(committer: QueueCommitter, book: OffsetBook, tp: tuple[str, int], since: int) -> bool:
+    """Commits one partition now, at its latest offset (or ``since``, before any)."""
+    position = book.position(tp)
+    return committer.commit({tp: since if position is None else position}) is CommitOutcome.COMMITTED

@@ -27,6 +27,7 @@ from kmq.client.consumer.groups.ready_ring import ReadyRing
 from kmq.client.consumer.groups.takeover import Takeover
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
+from kmq.errors import KmqError
 from kmq.wire import HEADER_DELIVER_AT, MessageId
 from kmq.wire.markers import EndReason
 
@@ -48,6 +49,7 @@ class GroupDispatch:
                  starts: OwnedStarts, takeover: Takeover, make_message: Callable[[Any], Message],
                  dead_letter: Callable[[Message, str], None], put_back: Callable[[list[Any]], None],
                  rewind: Callable[[int, int], None], touch: Callable[[int], None],
+                 commit: Callable[[int, int], bool], last_marker: Callable[[], int],
                  logger: structlog.typing.FilteringBoundLogger = log,
                  clock_ms: Callable[[], int] = wire.now_ms) -> None:
         self._concurrency = concurrency
@@ -61,6 +63,8 @@ class GroupDispatch:
         self._put_back = put_back
         self._rewind = rewind
         self._touch = touch
+        self._commit = commit
+        self._last_marker = last_marker
         self._log = logger
         #: Wall-clock ms: due times (``deliver_at``, a release's delay).
         self._clock_ms = clock_ms
@@ -142,6 +146,9 @@ class GroupDispatch:
         if room <= 0:
             return 0
         now = self._clock_ms()
+        for ledger in self._ledgers.values():
+            if not ledger.anchored and ledger.groups and not ledger.blind:
+                self._anchor(ledger, now)
         taken = self._ring.take(room, now)
         if not taken:
             return 0
@@ -203,7 +210,13 @@ class GroupDispatch:
             offset = min(offset, lowest)
         if not ledger.grouped:
             return offset, None
-        return offset, wire.group_commit_metadata(ledger.floor.at(offset))
+        markers_offset = ledger.floor.at(offset)
+        if markers_offset is None and ledger.base is not None:
+            if not self._starts and ledger.anchored:
+                # Nothing Started is on its way: every later marker lands after the last one reported.
+                ledger.base = max(ledger.base, self._last_marker() + 1)
+            markers_offset = ledger.base
+        return offset, wire.group_commit_metadata(markers_offset)
 
     def committed(self, partition: int, offset: int) -> None:
         ledger = self._ledgers.get(partition)
@@ -245,6 +258,22 @@ class GroupDispatch:
         self._takeover.close()
 
     # --- internals -------------------------------------------------------------------------------------------------
+
+    def _anchor(self, ledger: PartitionLedger, now: int) -> None:
+        """Before the first grouped Start of an assignment whose commit names no ``m=``: a commit that does, so a
+        next owner finds what this one Starts (even if it never commits again)."""
+        try:
+            self._takeover.anchor(ledger)
+        except KmqError as err:
+            self._log.warning("group_anchor_failed", partition=ledger.partition, error=str(err))
+            return
+        ledger.grouped = True
+        ledger.anchored = True
+        if not self._commit(ledger.partition, ledger.since):
+            ledger.anchored = False
+            return
+        for queue in ledger.groups.values():
+            self._ring.offer(ledger, queue, now)
 
     def _apply_settle(self, message: Message, kind: str, delay_ms: int, end: tuple[int, str] | None,
                       now: int) -> None:

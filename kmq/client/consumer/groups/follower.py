@@ -62,13 +62,18 @@ class MarkersFollower:
     def reading(self) -> bool:
         return self.position >= 0
 
+    def end_offset(self) -> int:
+        """The queue's markers partition's end offset now: every marker written from now on is at or after it."""
+        reader = self._open()
+        tp = TopicPartition(self._config.marker_topic, self._partition)
+        return watermarks(reader, tp, self._config.connect_timeout_ms / 1000,  # type: ignore[arg-type]
+                          f"end offsets of {self._config.marker_topic!r}")[1]
+
     def replay_from(self, offset: int) -> int:
         """Reads from ``offset`` (or keeps reading, if already there or before); returns the markers partition's end
         offset now: the replay of a partition assigned now is done once ``position`` reached it."""
+        end = self.end_offset()
         reader = self._open()
-        tp = TopicPartition(self._config.marker_topic, self._partition)
-        end = watermarks(reader, tp, self._config.connect_timeout_ms / 1000,  # type: ignore[arg-type]
-                         f"end offsets of {self._config.marker_topic!r}")[1]
         if not self.reading or offset < self.position:
             reader.assign([TopicPartition(self._config.marker_topic, self._partition, offset)])
             self.position = offset

@@ -99,6 +99,12 @@ class PartitionLedger:
         self.read_to = since
         #: True while a new owner's replay of the markers is under way (see Takeover): nothing goes out.
         self.blind = False
+        #: A markers offset before every marker this owner writes about the partition's records (the commit's
+        #: ``m=`` when no Start of a record at or after the committed offset was noted); None: not known yet.
+        self.base: int | None = None
+        #: A commit naming ``m=`` exists for this assignment: grouped messages may be Started (a next owner then
+        #: finds their Starts). Until then nothing goes out.
+        self.anchored = False
         #: Entries by offset: unfinished grouped records read, and what the markers told of records not yet read.
         self.entries: dict[int, Entry] = {}
         self.groups: dict[str, GroupQueue] = {}
@@ -171,7 +177,7 @@ class PartitionLedger:
         nothing waiting). With concurrency 1 only the head: order holds."""
         if queue.active >= self.concurrency or not queue.entries:
             return None
-        if self.blind:
+        if self.blind or not self.anchored:
             return None
         if self.concurrency == 1:
             head = queue.entries[0]

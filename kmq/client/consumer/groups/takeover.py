@@ -108,6 +108,12 @@ class Takeover:
                     offers += [(ledger, q) for q in inheritance.lapse(ledger, broker_now, wall_now_ms)]
         return offers, unparked
 
+    def anchor(self, ledger: PartitionLedger) -> None:
+        """Learns a markers offset before anything this owner will write about ``ledger``'s records (its ``base``),
+        before its first grouped Start; the caller then commits it."""
+        if ledger.base is None:
+            ledger.base = self._follower.end_offset()
+
     def close(self) -> None:
         self._follower.close()
 
@@ -128,7 +134,8 @@ class Takeover:
             markers_offset = wire.parse_group_commit_metadata(metadata)
             ledger.grouped = bool(metadata and metadata.startswith(wire.GROUP_COMMIT_FORMAT))
             if markers_offset is not None and committed >= 0:
-                replay.start = markers_offset
+                replay.start = ledger.base = markers_offset
+                ledger.anchored = True
                 replay.seen = markers_offset - 1
                 self._log.info("group_takeover_started", partition=partition, committed=committed,
                                markers_from=markers_offset)

@@ -46,18 +46,49 @@ class GroupRun:
 
     def start_worker(self, queue: str = "grouped") -> subprocess.Popen[str]:
         extra = ["--time-limit", "1"] if self.mode == "time-limit" else []
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kmq.cli", "worker", "tests.group_handlers:run", "--queue", queue,
-             "--concurrency", str(self.concurrency), "--backoff-base", "0.3", "--backoff-max", "0.5", *extra],
-            cwd=ROOT, env={**env_for(self.config), "KMQTEST_RECORD": str(self.record),
-                           "KMQTEST_GROUP_MODE": self.mode, "KMQTEST_WORK_S": str(self.work_s),
-                           "KMQ_LOG_LEVEL": "warning"},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with (self.record.parent / f"worker-{len(self.procs)}.log").open("w") as log:  # the child keeps its own fd
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kmq.cli", "worker", "tests.group_handlers:run", "--queue", queue,
+                 "--concurrency", str(self.concurrency), "--backoff-base", "0.3", "--backoff-max", "0.5", *extra],
+                cwd=ROOT, env={**env_for(self.config), "KMQTEST_RECORD": str(self.record),
+                               "KMQTEST_GROUP_MODE": self.mode, "KMQTEST_WORK_S": str(self.work_s),
+                               "KMQ_LOG_LEVEL": "info"},
+                stdout=subprocess.DEVNULL, stderr=log, text=True)
         self.procs.append(proc)
         return proc
 
     def oracle(self) -> GroupOracle:
         return GroupOracle.read(self.record, self.killed)
+
+    def finished(self) -> int:
+        """Messages whose handler finished (ok) at least once."""
+        return len({(r.group, r.n) for rs in self.oracle().runs.values() for r in rs if r.outcome == "ok"})
+
+    def wait_finished(self, count: int, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            if self.finished() >= count:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def kill_worker(self, proc: subprocess.Popen[str]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        self.killed[proc.pid] = time.time()
+        proc.communicate(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERMs every worker still running; each must exit cleanly."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        errors = []
+        for index, proc in enumerate(self.procs):
+            proc.communicate(timeout=60)
+            # -SIGTERM: a worker added late was stopped while it started (before its signal handlers were set).
+            if proc.pid not in self.killed and proc.returncode not in (0, -signal.SIGTERM):
+                log = (self.record.parent / f"worker-{index}.log").read_text()
+                errors.append((proc.returncode, log[-2000:]))
+        assert not errors, errors
 
     def go(self, *, groups: int, per_group: int, workers: int, kill_after: int, add_after: int,
            timeout_s: float = 180) -> dict[str, object]:
@@ -65,34 +96,15 @@ class GroupRun:
         ``add_after`` did, waits for every message to finish, stops the rest (SIGTERM)."""
         self.send(groups, per_group)
         started = time.monotonic()
+        deadline = started + timeout_s
         for _ in range(workers):
             self.start_worker()
-        killed = added = 0
-        total = groups * per_group
-        deadline = started + timeout_s
-        while time.monotonic() < deadline:
-            done = self.oracle().done()
-            if not killed and done >= kill_after:
-                victim = self.procs[0]
-                victim.send_signal(signal.SIGKILL)
-                self.killed[victim.pid] = time.time()
-                victim.communicate(timeout=30)
-                killed = 1
-            if not added and done >= add_after:
-                self.start_worker()
-                added = 1
-            if len({(r.group, r.n) for rs in self.oracle().runs.values() for r in rs if r.outcome == "ok"}) >= total:
-                break
-            time.sleep(0.2)
+        self.wait_finished(kill_after, deadline)
+        self.kill_worker(self.procs[0])
+        self.wait_finished(add_after, deadline)
+        self.start_worker()
+        self.wait_finished(groups * per_group, deadline)
         seconds = time.monotonic() - started
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        errors = []
-        for proc in self.procs:
-            _, err = proc.communicate(timeout=60)
-            # -SIGTERM: a worker added late was stopped while it started (before its signal handlers were set).
-            if proc.pid not in self.killed and proc.returncode not in (0, -signal.SIGTERM):
-                errors.append((proc.returncode, err[-2000:]))
-        assert not errors, errors
-        return {"oracle": self.oracle(), "seconds": round(seconds, 1), "killed": killed, "added": added}
+        self.stop()
+        return {"oracle": self.oracle(), "seconds": round(seconds, 1), "killed": len(self.killed),
+                "added": len(self.procs) - workers}

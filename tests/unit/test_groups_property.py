@@ -83,6 +83,14 @@ class GroupOwners(RuleBasedStateMachine):
         self.owner.revoke()
         self._new_owner(fail)
 
+    @rule()
+    def revoked_and_assigned_back(self) -> None:
+        """A cooperative rebalance that gives the partition back to the same instance: its new ledger learns from
+        the markers what its handlers still hold."""
+        owner = self.owner
+        owner.revoke()
+        self.owners.append(Owner(self.world, owner.instance))
+
     @precondition(lambda self: self.owner.fail_starts)
     @rule()
     def starts_succeed_again(self) -> None:

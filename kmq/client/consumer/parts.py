@@ -141,7 +141,7 @@ def _build_groups(config: Config, queue: str, clients: ClientFactory, client: Gr
     def committed_of(partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         return committed_with_metadata(client, topic, partitions, timeout_s)
 
-    takeover = Takeover(MarkersFollower(config, queue, instance_id, clients), committed_of,
+    takeover = Takeover(MarkersFollower(config, queue, clients), committed_of,
                         writer.broker_time.now_ms, logger)
     groups = GroupDispatch(
         concurrency=config.group_concurrency_of(queue), max_deliveries=config.max_deliveries,

@@ -2,7 +2,7 @@
 on (docs/concepts/groups.md, "A new owner").
 
 It never blocks the consumer's loop for long: ``read`` takes what has been fetched (a few ms at most), decodes this
-queue's batch records by other instances, and says how far it got. A new partition's replay is done once the reader
+queue's batch records, and says how far it got. A new partition's replay is done once the reader
 passed the markers partition's end offset as it was when the partition was assigned; after that the follower goes on
 reading while any grouped message is held by another instance (its End, keep-alives, release or lease). The reader
 is made on first need: a queue whose commits never named ``m=`` never has one. Its broker clock is the newest marker
@@ -36,7 +36,7 @@ READ_WAIT_S = 0.005
 
 @dataclass(frozen=True, slots=True)
 class MarkerRecord:
-    """One of the queue's marker records by another instance, decoded."""
+    """One of the queue's marker records, decoded."""
 
     offset: int
     appended_ms: int
@@ -46,10 +46,9 @@ class MarkerRecord:
 class MarkersFollower:
     """Loop thread only."""
 
-    def __init__(self, config: Config, queue: str, instance_id: str, clients: ClientFactory) -> None:
+    def __init__(self, config: Config, queue: str, clients: ClientFactory) -> None:
         self._config = config
         self._key = queue.encode()
-        self._instance_id = instance_id
         self._clients = clients
         self._reader: GroupClient | None = None
         self._partition = -1
@@ -80,7 +79,7 @@ class MarkersFollower:
         return end
 
     def read(self) -> list[MarkerRecord]:
-        """What has arrived since the last read (this queue's records by other instances), without blocking."""
+        """What has arrived since the last read (this queue's records), without blocking."""
         if self._reader is None or not self.reading:
             return []
         got: list[MarkerRecord] = []
@@ -101,8 +100,8 @@ class MarkersFollower:
                 log.warning("malformed_marker_skipped", topic=self._config.marker_topic, offset=offset,
                             error=str(err))
                 continue
-            if batch.instance_id != self._instance_id:
-                got.append(MarkerRecord(offset, appended_ms, batch))
+            # This instance's own markers too: a partition revoked and assigned back to it replays what it wrote.
+            got.append(MarkerRecord(offset, appended_ms, batch))
         return got
 
     def broker_now_ms(self) -> int:

@@ -45,6 +45,13 @@ class Delivery:
     #: When its newest final End (``vocabulary.FINAL_END_EVENTS``) was written, 0 if none.
     final_end_ms: int = 0
     events: list[int] = field(default_factory=lambda: [0] * _EVENTS)
+    #: Owner-tracked (a grouped message, redelivered in place by new Starts of this record): the instance whose
+    #: Start is the newest, and the seq of that Start and of the newest marker no handler can have had after it.
+    holder: str = ""
+    last_start_seq: int = -1
+    last_unhandled_seq: int = -1
+    #: Owner-tracked: settles by an instance whose delivery a later Start superseded (a zombie's), not counted.
+    late: int = 0
 
     def count(self, *events: E) -> int:
         return sum(self.events[e] for e in events)
@@ -58,10 +65,20 @@ class Delivery:
         """Counts as delivered: no marker says no handler had it."""
         return not any(self.events[e] for e in v.UNHANDLED_EVENTS)
 
+    @property
+    def delivered(self) -> int:
+        """Hand-outs to a handler this record had: 0 or 1, or, owner-tracked, its newest Start's delivery count
+        (each earlier one counted a handler run), less one if its newest delivery ended with no handler."""
+        if self.last_start_seq < 0:
+            return int(self.handled)
+        return self.delivery_count - (self.last_unhandled_seq > self.last_start_seq)
+
 
 class DeliveryFold:
     """Markers → deliveries. ``add`` takes each marker with its log timestamp and a ``seq`` that grows along the log
-    of its partition (e.g. ``offset << 20 | index in record``). Order-independent but for the deadline."""
+    of its partition (e.g. ``offset << 20 | index in record``). Order-independent but for the deadline and, on an
+    owner-tracked record, which instance's delivery is the newest (a queue's markers are read in the order written):
+    a settle by another instance after it is late, and not counted."""
 
     def __init__(self) -> None:
         self.deliveries: dict[MessageId, Delivery] = {}
@@ -72,6 +89,8 @@ class DeliveryFold:
         found = self.deliveries.get(marker.message_id)
         if found is None:
             found = self.deliveries[marker.message_id] = Delivery(marker.message_id)
+        if marker.owner_tracked and not _owned(found, event, marker.instance_id, seq):
+            return
         found.events[event] += 1
         if event is E.START:
             # Two Starts of one record say the same; were they to differ, the least is taken (as the audit does).
@@ -89,6 +108,10 @@ class DeliveryFold:
         if event not in v.END_EVENTS and seq > found.deadline[0]:
             found.deadline = (seq, timestamp_ms + marker.redeliver_after_ms)
 
+    def late(self) -> int:
+        """Settles of owner-tracked records by a superseded delivery (not counted as the record's)."""
+        return sum(d.late for d in self.deliveries.values())
+
     def add_record(self, value: bytes | None, timestamp_ms: int, offset: int) -> list[Marker]:
         """Every marker of one markers-topic record (either format), returned; an undecodable one is counted."""
         try:
@@ -104,6 +127,19 @@ class DeliveryFold:
     def started(self) -> Iterable[Delivery]:
         """Deliveries with a Start: markers of a record never Started (read past) are ignored."""
         return (d for d in self.deliveries.values() if d.starts)
+
+
+def _owned(found: Delivery, event: E, instance_id: str, seq: int) -> bool:
+    """An owner-tracked marker of ``found``'s record: whether it counts (False: a late settle)."""
+    if event is E.START:
+        found.holder, found.last_start_seq = instance_id, max(found.last_start_seq, seq)
+        return True
+    if found.holder and instance_id != found.holder:
+        found.late += 1
+        return False
+    if event in v.UNHANDLED_EVENTS:
+        found.last_unhandled_seq = max(found.last_unhandled_seq, seq)
+    return True
 
 
 class Record(NamedTuple):
@@ -297,7 +333,7 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
     _add_fact(m, "dead_ends", ev[E.REJECT] + ev[E.DEAD_LETTER], d.final_end_ms)
     f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
     c["refused_ends"] += ev[E.REJECT]
-    c[v.DELIVERED] += d.handled
+    c[v.DELIVERED] += d.delivered
     c[v.RELEASED] += ev[E.RELEASE]
     c[v.RETURNED] += ev[E.RETURN]
     if not d.count(*v.UNCOUNTED_COPY_EVENTS):

@@ -11,6 +11,7 @@ Pure: no Kafka imports.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any, Protocol, cast
@@ -197,19 +198,23 @@ class DecodedBatch:
     def markers(self) -> Iterator[Marker]:
         """Every marker of the batch, in the order they apply."""
         key, after, client, instance = self.key, self.redeliver_after_ms, self.client_id, self.instance_id
+        owned = self.owner_tracked
         for mid, value, headers, count, first, enqueued in self.starts():
             yield Marker(MarkerType.START, mid, after, key, value, delivery_count=count, first_message_id=first,
-                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers)
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers,
+                         owner_tracked=owned)
         refs = self.refs
         for index, (mid, enqueued) in enumerate(zip(refs.message_ids(), refs.enqueued_at_ms, strict=True)):
             count, first = refs.delivery(index, mid)
             yield Marker(MarkerType.START, mid, after, key, delivery_count=count, first_message_id=first,
-                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, reference=True)
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, reference=True,
+                         owner_tracked=owned)
         for mid in self.keep_alives():
-            yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance)
-        yield from self.settles()
+            yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance, owner_tracked=owned)
+        for marker in self.settles():
+            yield dataclasses.replace(marker, owner_tracked=True) if owned else marker
         for mid in self.acks():
-            yield Marker(MarkerType.END, mid, client_id=client, instance_id=instance)
+            yield Marker(MarkerType.END, mid, client_id=client, instance_id=instance, owner_tracked=owned)
 
 
 def decode_batch(data: bytes) -> DecodedBatch:

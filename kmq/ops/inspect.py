@@ -56,6 +56,8 @@ class Life:
     holder: str = ""
     deliveries: int = 0
     events: list[Event] = field(default_factory=list)
+    #: Its message group (``send(group=…)``), or None: handed out in its group's order, one at a time.
+    group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,9 +80,11 @@ def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
         first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
         copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
         original = copies.get(first) or next(iter(copies.values()))
+        headers = wire.user_headers(_kafka.header_dict(original))
+        group = headers.pop(wire.HEADER_GROUP, None)
         life = Life(queue, str(first), len(original.value() or b""),
-                    {k: v.decode("utf-8", "replace")
-                     for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
+                    {k: v.decode("utf-8", "replace") for k, v in headers.items()},
+                    group=None if group is None else group.decode("utf-8", "replace"))
         story = _Story(life, copies, first)
         # The whole queue's deliveries, as kmq stats folds them: a kafka-mq-go tracker's copy is linked to its
         # original only among all of them.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmq.errors import MarkerDecodeError
-from kmq.wire import HEADER_DLQ_QUEUE, HEADER_DLQ_REASON, HEADER_FIRST_ID, DeliveryHeaders, MessageId
+from kmq.wire import HEADER_DLQ_QUEUE, HEADER_DLQ_REASON, HEADER_FIRST_ID, HEADER_GROUP, DeliveryHeaders, MessageId
 from kmq.wire import vocabulary as v
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import Marker
@@ -154,6 +154,8 @@ class Record(NamedTuple):
     enqueued_at_ms: int
     #: A digest of the payload: links a Go tracker's copy to its original.
     content: bytes = b""
+    #: Its message group (``send(group=…)``), or None.
+    group: str | None = None
 
     @property
     def enqueued_ms(self) -> int:
@@ -167,8 +169,9 @@ def to_record(message_id: MessageId, key: bytes | None, timestamp_ms: int, heade
     first = delivery.first_message_id
     # A kafka-mq-go tracker's copy is found by its payload (a digest: a copy keeps the original's).
     content = hashlib.blake2b(value or b"", digest_size=16).digest()
+    group = headers.get(HEADER_GROUP) if headers else None
     return Record(message_id, (key or b"").decode("utf-8", "replace"), timestamp_ms, first,
-                  delivery.enqueued_at_ms, content)
+                  delivery.enqueued_at_ms, content, None if group is None else group.decode("utf-8", "replace"))
 
 
 class DeadLetter(NamedTuple):
@@ -276,6 +279,8 @@ class MessageLife:
     newest_ms: dict[str, int] = field(default_factory=dict)
     state: str = ""
     scope: str = IN_WINDOW
+    #: Its message group, or None.
+    group: str | None = None
 
 
 Key = tuple[str, MessageId]
@@ -355,6 +360,8 @@ def _add_fact(m: MessageLife, name: str, count: int, written_ms: int) -> None:
 
 def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delivery], context: Context,
                 go_copy: bool) -> None:
+    if r.group is not None:
+        m.group = r.group
     if r.first_id_header is None and not go_copy:
         m.enqueued_ms = r.timestamp_ms
         m.counters[v.PRODUCED] += 1

@@ -5,6 +5,7 @@ held. The oracle is the handlers' own log: per group, when each message started 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections import defaultdict
@@ -16,7 +17,7 @@ from kmq import Service
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import PayloadError
-from tests.helpers import ConfigFactory
+from tests.helpers import ConfigFactory, run_kmq
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -145,3 +146,26 @@ def test_a_grouped_send_with_the_kafka_mq_go_format_is_refused(kmq_config: Confi
         producer.send(b"x", group="a")
     with Service(config).queue("jobs").producer() as producer, pytest.raises(PayloadError, match="group"):
         producer.send(b"x", group="")
+
+
+def test_kmq_send_group_stats_groups_and_inspect_show_each_group(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=2)
+    for group, count in (("busy", "5"), ("quiet", "1")):
+        result = run_kmq(config, "send", "jobs", "job {i}", "--count", count, "--group", group, "--ids")
+        assert result.returncode == 0, result.stderr
+    with Service(config).queue("jobs").consumer() as consumer:
+        held = [m for m in (consumer.receive(10) for _ in range(2)) if m is not None]
+        assert sorted(m.group or "" for m in held) == ["busy", "quiet"], "one per group"
+        next(m for m in held if m.group == "quiet").ack()
+        assert consumer.flush(10) == 0
+        busy = next(m for m in held if m.group == "busy")
+        result = run_kmq(config, "stats", "--groups", "--json", "--queue", "jobs")
+        assert result.returncode == 0, result.stderr
+        rows = {r["group"]: r for r in json.loads(result.stdout)}
+        assert (rows["busy"]["waiting"], rows["busy"]["in_flight"]) == (4, 1)
+        assert (rows["quiet"]["waiting"], rows["quiet"]["in_flight"], rows["quiet"]["acked"]) == (0, 0, 1)
+        assert list(rows) == ["busy", "quiet"], "the largest backlog first"
+        shown = run_kmq(config, "inspect", "jobs", str(busy.message_id))
+        assert shown.returncode == 0, shown.stderr
+        assert "group 'busy'" in shown.stdout and "state: in_flight" in shown.stdout, shown.stdout
+        busy.ack()

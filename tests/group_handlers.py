@@ -102,3 +102,8 @@ class GroupOracle:
         runs = [r for rs in self.runs.values() for r in rs]
         return {"runs": len(runs), "reruns": len(runs) - groups * per_group,
                 "not_ok": sum(r.outcome != "ok" for r in runs)}
+
+
+def one_ms(message: Message) -> None:
+    """A 1 ms handler that waits (as on I/O), for the bench."""
+    time.sleep(0.001)

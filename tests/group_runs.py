@@ -19,6 +19,7 @@ class GroupRun:
     def __init__(self, config: Config, tmp: Path, *, mode: str = "", work_s: float = 0.002,
                  concurrency: int = 8) -> None:
         self.config = config
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         self.record = Path(tmp) / "runs.jsonl"
         self.mode, self.work_s, self.concurrency = mode, work_s, concurrency
         self.procs: list[subprocess.Popen[str]] = []

@@ -165,6 +165,8 @@ class Owner:
         self.read_pos = -1
         self.book = 0
         self.out: dict[MessageId, Message] = {}
+        #: Ends in the log whose delivery report has not reached the owner yet.
+        self.unreported: list[MessageId] = []
         self.dead = self.revoked = False
         self.dispatch = GroupDispatch(
             concurrency=1, max_deliveries=0, buffer_records=10**6, writer=self,  # type: ignore[arg-type]
@@ -212,8 +214,14 @@ class Owner:
         self.dispatch.hand_out(room)
         self.dispatch.advance()
 
+    def report(self) -> None:
+        """The delivery reports of the Ends written come in."""
+        ended, self.unreported = self.unreported, []
+        if ended and not self.dead:
+            self.dispatch.ended(ended, True)
+
     def flush(self) -> None:
-        """Writes the settles waiting; their Ends are durable at once."""
+        """Writes the settles waiting (durable at once; their delivery reports come with ``report``)."""
         sink = self.sink
         if not (sink.keep_alives or sink.others or sink.acks):
             return
@@ -223,8 +231,7 @@ class Owner:
         ended = [*(m.message_id for m in sink.others if m.type is MarkerType.END), *sink.acks]
         self.world.acked.update(mid.offset for mid in ended)
         sink.keep_alives, sink.others, sink.acks = [], [], []
-        if ended and not self.dead:
-            self.dispatch.ended(ended, True)
+        self.unreported += ended
 
     def commit(self) -> None:
         if self.dead or self.revoked:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kmq import wire
-from kmq.client.consumer.groups.ledger import PartitionLedger, State
+from kmq.client.consumer.groups.ledger import PartitionLedger
 from kmq.client.consumer.groups.marker_floor import MarkerFloor
 from kmq.client.consumer.groups.ready_ring import ReadyRing
 from kmq.wire import MessageId
@@ -16,6 +16,7 @@ from kmq.wire.marker_batch import decode_batch, encode_starts
 from tests.markers_io import wait_for
 from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
 from tests.unit.fakes import FakeStart
+from tests.unit.group_world import Owner, World
 from tests.unit.test_tracker_facade import _running
 
 
@@ -30,8 +31,14 @@ def test_the_marker_floor_names_the_first_marker_of_any_record_at_or_after_the_c
     assert floor.at(6) == 102 and len(floor) == 1
 
 
+def _ledger(concurrency: int = 1) -> PartitionLedger:
+    ledger = PartitionLedger(0, concurrency)
+    ledger.anchored = True  # a commit naming m= exists: grouped messages may be Started
+    return ledger
+
+
 def test_the_ring_gives_each_ready_group_one_turn_per_round_whatever_its_backlog() -> None:
-    ledger, ring = PartitionLedger(0, concurrency=2), ReadyRing()
+    ledger, ring = _ledger(concurrency=2), ReadyRing()
     offset = 0
     for group, count in (("busy", 1000), ("q1", 2), ("q2", 2)):
         for _ in range(count):
@@ -43,7 +50,7 @@ def test_the_ring_gives_each_ready_group_one_turn_per_round_whatever_its_backlog
 
 
 def test_a_group_whose_head_waits_out_a_delay_holds_back_only_itself() -> None:
-    ledger, ring = PartitionLedger(0), ReadyRing()
+    ledger, ring = _ledger(), ReadyRing()
     a0 = ledger.add(0, "a", object())
     ring.offer(ledger, a0, 0)
     ring.offer(ledger, ledger.add(1, "a", object()), 0)
@@ -56,8 +63,11 @@ def test_a_group_whose_head_waits_out_a_delay_holds_back_only_itself() -> None:
     assert again is head and again.delivery_count == 2, "it comes back before offset 1 of its group"
     assert ledger.lowest_unfinished() == 0
     ledger.ending(again, None)
+    ring.offer(ledger, ledger.groups["a"], 1_000)
+    [(_, a1)] = ring.take(5, now_ms=1_000)
+    assert a1.offset == 1 and ledger.ending_before(a1), "Started while 0's End is on its way, not handed out yet"
     ledger.finish(again)
-    assert ledger.lowest_unfinished() == 1 and ledger.entries[1].state is State.WAITING
+    assert ledger.lowest_unfinished() == 1 and not ledger.ending_before(a1)
 
 
 def test_commit_metadata_round_trips_and_tolerates_other_formats() -> None:
@@ -86,3 +96,19 @@ def test_an_owner_tracked_start_batch_says_so_and_a_tracker_skips_it() -> None:
         assert wait_for(lambda: clients.produced("m")), "the plain overdue Start is redelivered"
         time.sleep(0.5)
         assert [r.value for r in clients.produced("m")] == [b"plain"], "the owner-tracked one is not"
+
+
+def test_the_next_message_is_started_while_the_end_before_it_travels_and_goes_out_once_that_end_is_durable() -> None:
+    world = World()
+    owner = Owner(world, "i0")
+    world.send("a")
+    world.send("a")
+    owner.round(5, 5)
+    [first] = owner.out.values()
+    owner.settle(first, "ack")
+    owner.round(5, 5)  # its End is written before the next Start; that End's report has not come yet
+    assert [h[1] for h in world.handouts] == [0] and not owner.out, "Started, held back"
+    assert world.acked == {0}
+    owner.report()
+    owner.round(5, 5)
+    assert [h[1] for h in world.handouts] == [0, 1]

@@ -50,11 +50,18 @@ class GroupOwners(RuleBasedStateMachine):
         owner, message = live[pick % len(live)]
         owner.settle(message, how, delay_ms)  # type: ignore[arg-type]
 
-    @rule()
-    def flush(self) -> None:
+    @rule(report=st.booleans())
+    def flush(self, report: bool) -> None:
         for owner in self.owners:
             if not owner.dead:
                 owner.flush()
+                if report:
+                    owner.report()
+
+    @rule()
+    def reports_come_in(self) -> None:
+        for owner in self.owners:
+            owner.report()
 
     @rule()
     def commit(self) -> None:
@@ -69,6 +76,7 @@ class GroupOwners(RuleBasedStateMachine):
                 if not owner.dead:
                     owner.keep_alive()
                     owner.flush()
+                    owner.report()
             step = min(ms, AFTER_MS // 2)
             self.world.now += step
             ms -= step
@@ -121,6 +129,7 @@ class GroupOwners(RuleBasedStateMachine):
                     for message in list(o.out.values()):
                         o.settle(message, ACK)
                     o.flush()
+                    o.report()
             self.world.now += AFTER_MS * 2
             owner.round(room=50, reads=50)
             if self.world.grouped() <= self.world.acked:

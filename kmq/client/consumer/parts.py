@@ -141,18 +141,21 @@ def _build_groups(config: Config, queue: str, clients: ClientFactory, client: Gr
     def committed_of(partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         return committed_with_metadata(client, topic, partitions, timeout_s)
 
+    wake = threading.Event()
     takeover = Takeover(MarkersFollower(config, queue, clients), committed_of,
                         writer.broker_time.now_ms, logger)
     groups = GroupDispatch(
         concurrency=config.group_concurrency_of(queue), max_deliveries=config.max_deliveries,
         buffer_records=config.group_buffer_records, writer=writer,
-        starts=OwnedStarts(writer, gate.put, add=in_flight.add, discard=in_flight.discard), takeover=takeover,
+        starts=OwnedStarts(writer, gate.put, add=in_flight.add, discard=in_flight.discard, wake=wake.set),
+        takeover=takeover,
         make_message=make_message,
         dead_letter=in_flight.dead_letter, put_back=intake.put_back,
         rewind=lambda p, offset: book.rewind({(topic, p): offset}), touch=lambda p: book.touch((topic, p)),
         commit=lambda p, since: _commit_partition(committer, book, (topic, p), since),
         last_marker=lambda: writer.channel.last_offset,
         logger=logger)
+    groups.wake = wake
     in_flight.on_group_settle = groups.settled
     writer.settles.on_ended = groups.ended
     writer.channel.on_start_record = groups.start_recorded

@@ -73,12 +73,19 @@ class PollLoop:
             wait_s = min(wait_s, next_due_s)
         if groups is not None:
             wait_s = groups.wait_s(wait_s)
-        if room <= 0 and not pipeline:
+        if room <= 0 and not pipeline and not (groups is not None and groups.waiting):
+            # (Grouped messages whose Starts are on their way hold room too: only this loop hands them out.)
             p.out.wait_for_room(self.usable_room, self.room)
             wait_s = 0.0
         keep_alives = p.in_flight.keep_alives
         keep_alives.fetch_began()
-        intake.fetch(wait_s)  # may run rebalance callbacks
+        if groups is not None and wait_s > 0 and groups.moving:
+            # Grouped messages in motion: their settles and durable Ends wake this loop, librdkafka's poll cannot.
+            if not intake.fetch(0):  # may run rebalance callbacks
+                groups.wake.wait(wait_s)
+            groups.wake.clear()
+        else:
+            intake.fetch(wait_s)  # may run rebalance callbacks
         keep_alives.fetched()
         started = False
         if room > 0 and not self.paused():

@@ -14,6 +14,7 @@ durable (the seam for deduplicated sends, and the path ``max_deliveries`` takes)
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,8 +36,9 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: How the workers settled a grouped message (InFlightMessages tells the dispatch).
 ACK, END, RELEASE, RETURN = "ack", "end", "release", "return"
-#: How often the loop comes back while grouped messages are out (their settles move their groups on).
-ACTIVE_WAIT_S = 0.005
+#: How long the loop waits at most while grouped messages are out (their settles wake it at once: this bounds how
+#: late it sees new records meanwhile).
+ACTIVE_WAIT_S = 0.01
 
 #: ``before_start``'s verdict: None (Start it), or the End to write instead (end reason, reason text).
 Verdict = tuple[EndReason, str] | None
@@ -75,6 +77,9 @@ class GroupDispatch:
         self._notes: deque[tuple[Sequence[MessageId], int]] = deque()
         #: The dedup seam (see the module docstring).
         self.before_start: Callable[[Message], Verdict] | None = None
+        #: Set when something the loop acts on happened (a settle, a durable End or Start): it waits on this
+        #: rather than in librdkafka's poll while grouped messages are out.
+        self.wake = threading.Event()
 
     # --- reading (loop thread, inside the Start pipeline) ----------------------------------------------------------
 
@@ -111,10 +116,12 @@ class GroupDispatch:
     def settled(self, message: Message, kind: str, delay_ms: int = 0, end: tuple[int, str] | None = None) -> None:
         """A worker settled a grouped ``message`` (any thread)."""
         self._events.append((kind, message, delay_ms, end))
+        self.wake.set()
 
     def ended(self, ids: Sequence[MessageId], ok: bool) -> None:
         """The owner-tracked Ends of ``ids`` are durable (``ok``) or failed (producer thread)."""
         self._events.append(("ended", ids, ok))
+        self.wake.set()
 
     def start_recorded(self, ids: Sequence[MessageId], markers_offset: int) -> None:
         """A Start record of ``ids`` is durable at ``markers_offset`` (producer thread)."""
@@ -170,6 +177,12 @@ class GroupDispatch:
         if messages:
             self._starts.start(starting, messages)
         return len(taken)
+
+    @property
+    def moving(self) -> bool:
+        """Grouped messages are out, being Started, or their settles are being applied: the loop waits on
+        ``wake`` (and polls Kafka without waiting) rather than in librdkafka's poll."""
+        return bool(self._starts or self._events or any(ledger.buffered for ledger in self._ledgers.values()))
 
     def wait_s(self, idle_s: float) -> float:
         """How long the loop's next fetch may wait: briefly while grouped messages are out or due soon."""
@@ -240,6 +253,7 @@ class GroupDispatch:
         (free at once for the next owner, count unchanged); what handlers hold they keep alive and settle."""
         now = self._clock_ms()
         self._starts.advance(now, block_s=timeout_s)
+        self._starts.give_back_behind(partitions)
         for partition in partitions:
             ledger = self._ledgers.get(partition)
             if ledger is not None:
@@ -285,6 +299,9 @@ class GroupDispatch:
         if kind in (ACK, END):
             if entry.state in ACTIVE:
                 ledger.ending(entry, end)
+                # Its group's next message may be Started now (after this End: the same producer writes both),
+                # and goes out once this End is durable.
+                self._ring.offer(ledger, ledger.groups.get(entry.group), now)
         else:
             counted = kind == RELEASE
             queue = ledger.back(entry, due_ms=now + (delay_ms if counted else 0), counted=counted)

@@ -9,11 +9,15 @@ until it is finished (its End is durable). An entry's life:
     HELD (an earlier owner's delivery, learnt from the markers) ──its End──▶ gone
        └──its lease lapsed, its release, a hello of its client_id──▶ WAITING
 
-A group's next entry may go out when it is WAITING, due, and the group has fewer than ``concurrency`` entries
-active (STARTING, OUT, ENDING or HELD); with ``concurrency`` 1 only the head may go out, so a message that comes
-back is handed out again before any later one of its group. A record the replay of the markers showed as finished
-before it was read (an earlier owner's acked message, or a plain message some owner Started: the tracker answers
-for that one) is a FINISHED entry until it is read, and then skipped.
+A group's next entry may be Started when it is WAITING, due, and the group has fewer than ``concurrency`` entries
+active (STARTING, OUT or HELD); with ``concurrency`` 1 only the first entry that is not ENDING may, so a message that
+comes back is handed out again before any later one of its group. An ENDING entry does not hold the next one's Start
+back (the End is written before that Start, by the same producer), but it holds its hand-out back until the End is
+durable (``ending_before``): a next owner never finds a later message handed out before an earlier one ended.
+
+A record the replay of the markers showed as finished before it was read (an earlier owner's acked message, or a
+plain message some owner Started: the tracker answers for that one) is a FINISHED entry until it is read, and then
+skipped.
 
 The partition's committed offset is its lowest unfinished grouped record (``lowest_unfinished``), or where plain
 records are safe to skip, whichever is lower. Pure: no Kafka; the records are opaque here.
@@ -45,7 +49,8 @@ class State(enum.Enum):
     FINISHED = "finished"
 
 
-ACTIVE = frozenset({State.STARTING, State.OUT, State.ENDING, State.HELD})
+#: States that count toward a group's ``concurrency``.
+ACTIVE = frozenset({State.STARTING, State.OUT, State.HELD})
 
 
 @dataclass(slots=True, eq=False)
@@ -81,7 +86,7 @@ class GroupQueue:
 
     name: str
     entries: deque[Entry] = field(default_factory=deque)
-    #: Entries STARTING, OUT, ENDING or HELD.
+    #: Entries STARTING, OUT or HELD.
     active: int = 0
     #: In the ready ring or its timers (so it is not queued twice).
     queued: bool = False
@@ -180,9 +185,23 @@ class PartitionLedger:
         if self.blind or not self.anchored:
             return None
         if self.concurrency == 1:
-            head = queue.entries[0]
-            return head if head.state is State.WAITING else None
+            for entry in queue.entries:
+                if entry.state is not State.ENDING:
+                    return entry if entry.state is State.WAITING else None
+            return None
         return next((e for e in queue.entries if e.state is State.WAITING), None)
+
+    def ending_before(self, entry: Entry) -> bool:
+        """True while an earlier entry of ``entry``'s group waits for its End to be durable (concurrency 1: then
+        ``entry``, Started, is not handed out yet)."""
+        if self.concurrency != 1:
+            return False
+        for earlier in self.groups[entry.group].entries:
+            if earlier is entry:
+                return False
+            if earlier.state is State.ENDING:
+                return True
+        return False
 
     def take(self, entry: Entry) -> None:
         """``entry`` is being Started."""
@@ -209,7 +228,9 @@ class PartitionLedger:
         return self.groups[entry.group] if entry.record is not None else None
 
     def ending(self, entry: Entry, end: tuple[int, str] | None) -> None:
-        """Settled for good: its End is on its way."""
+        """Settled for good: its End is on its way (the group's next entry may be Started meanwhile)."""
+        if entry.state in ACTIVE and entry.record is not None:
+            self.groups[entry.group].active -= 1
         entry.state = State.ENDING
         entry.end = end
 

@@ -2,8 +2,10 @@
 
 kombu's virtual transports hand ``_put`` a JSON-able dict (``body``, ``headers``, ``properties`` …); it travels as
 the kmq payload, unchanged. What kmq can do better than the worker's memory is read off it here: a Celery task's
-``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, and kombu's ``expiration`` (milliseconds,
-AMQP's per-message TTL) becomes kmq's ``ttl``.
+``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, kombu's ``expiration`` (milliseconds,
+AMQP's per-message TTL) becomes kmq's ``ttl``, and a ``MessageGroupId`` property (what kombu's SQS transport sends to
+a FIFO queue: ``task.apply_async(..., MessageGroupId="account-7")``) or a ``kmq-group`` header becomes kmq's message
+group.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from typing import Any
 #: A kmq header naming the Celery task, so `kmq dlq list` and `kmq inspect` show what a dead letter was.
 HEADER_TASK = "celery-task"
 HEADER_TASK_ID = "celery-task-id"
+#: Where a kombu message names its message group: the property kombu's SQS transport reads for FIFO queues, or a
+#: header.
+GROUP_PROPERTY = "MessageGroupId"
+GROUP_HEADER = "kmq-group"
 
 Payload = dict[str, Any]
 
@@ -32,6 +38,7 @@ class Outgoing:
     headers: dict[str, str]
     deliver_at: datetime | None
     ttl_s: float | None
+    group: str | None = None
 
 
 def encode(message: Payload, now: datetime) -> Outgoing:
@@ -42,11 +49,14 @@ def encode(message: Payload, now: datetime) -> Outgoing:
         names[HEADER_TASK] = headers["task"]
     if isinstance(headers.get("id"), str):
         names[HEADER_TASK_ID] = headers["id"]
+    properties = message.get("properties") or {}
+    group = properties.get(GROUP_PROPERTY) or headers.get(GROUP_HEADER)
     return Outgoing(
         payload=json.dumps(message, separators=(",", ":")).encode(),
         headers=names,
         deliver_at=due_time(headers.get("eta"), now),
-        ttl_s=ttl_seconds((message.get("properties") or {}).get("expiration")),
+        ttl_s=ttl_seconds(properties.get("expiration")),
+        group=str(group) if group else None,
     )
 
 

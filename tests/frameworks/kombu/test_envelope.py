@@ -94,3 +94,9 @@ def test_a_bad_transport_option_is_a_config_error_naming_it(options: dict[str, o
     with pytest.raises(ConfigError):
         settings.options_from(options)
         settings.config_from(None, None, options, env={})
+
+
+def test_a_message_group_comes_from_kombu_s_sqs_property_or_a_kmq_group_header() -> None:
+    assert envelope.encode({"headers": {}, "properties": {"MessageGroupId": "account-7"}}, NOW).group == "account-7"
+    assert envelope.encode({"headers": {"kmq-group": "account-9"}, "properties": {}}, NOW).group == "account-9"
+    assert envelope.encode({"headers": {}, "properties": {}}, NOW).group is None

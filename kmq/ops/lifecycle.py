@@ -108,10 +108,6 @@ class DeliveryFold:
         if event not in v.END_EVENTS and seq > found.deadline[0]:
             found.deadline = (seq, timestamp_ms + marker.redeliver_after_ms)
 
-    def late(self) -> int:
-        """Settles of owner-tracked records by a superseded delivery (not counted as the record's)."""
-        return sum(d.late for d in self.deliveries.values())
-
     def add_record(self, value: bytes | None, timestamp_ms: int, offset: int) -> list[Marker]:
         """Every marker of one markers-topic record (either format), returned; an undecodable one is counted."""
         try:

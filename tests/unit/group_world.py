@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kmq.client.consumer.groups.dispatch import ACK, END, RELEASE, RETURN, GroupDispatch
+from kmq.client.consumer.groups.dispatch import ACK, END, RELEASE, RETURN, GroupDispatch, GroupRules
 from kmq.client.consumer.groups.follower import MarkerRecord
 from kmq.client.consumer.groups.owned_starts import OwnedStarts
 from kmq.client.consumer.groups.takeover import Takeover
@@ -169,12 +169,11 @@ class Owner:
         self.unreported: list[MessageId] = []
         self.dead = self.revoked = False
         self.dispatch = GroupDispatch(
-            concurrency=1, max_deliveries=0, buffer_records=10**6, writer=self,  # type: ignore[arg-type]
+            rules=GroupRules(), writer=self,  # type: ignore[arg-type]
             starts=OwnedStarts(self, self._handed_out, add=lambda _m: None,  # type: ignore[arg-type]
                                discard=lambda _mid: None),
             takeover=Takeover(FakeFollower(world), self._committed_of, lambda: world.now),  # type: ignore[arg-type]
-            make_message=self._message, dead_letter=self._dead_letter, put_back=self.backlog.extendleft,
-            rewind=self._rewind, touch=lambda _p: None, commit=self._commit_now,
+            book=self, make_message=self._message, dead_letter=self._dead_letter, put_back=self.backlog.extendleft,
             last_marker=lambda: len(world.markers) - 1, clock_ms=lambda: world.now)
         self.dispatch.assigned([0])
         self.read_pos = self.book = max(0, world.committed[0])
@@ -198,7 +197,7 @@ class Owner:
             return [delivery]
         offset = self.world.append(encode_starts(QUEUE, AFTER_MS, (), refs=messages, client_id="c",
                                                  instance_id=self.instance, owner_tracked=True))
-        self.dispatch.start_recorded([m.message_id for m in messages], offset)
+        self.dispatch.commits.start_recorded([m.message_id for m in messages], offset)
         delivery._set(messages[0].message_id, None)
         return [delivery]
 
@@ -233,13 +232,13 @@ class Owner:
         sink.keep_alives, sink.others, sink.acks = [], [], []
         self.unreported += ended
 
-    def commit(self) -> None:
+    def commit_all(self) -> None:
         if self.dead or self.revoked:
             return
-        point = self.dispatch.commit_point(0, self.book)
+        point = self.dispatch.commits.commit_point(0, self.book)
         if point is not None:
             self.world.committed = point
-            self.dispatch.committed(0, point[0])
+            self.dispatch.commits.committed(0, point[0])
 
     def keep_alive(self) -> None:
         if not self.dead:
@@ -274,7 +273,7 @@ class Owner:
         """A clean rebalance: gives back what it Started and did not hand out, commits, keeps its handlers'."""
         self.dispatch.revoking([0], 0)
         self.flush()
-        self.commit()
+        self.commit_all()
         self.dispatch.dropped([0])
         self.revoked = True
 
@@ -291,14 +290,19 @@ class Owner:
         if not self.dispatch.divert(record):  # a plain record: Started for the tracker, safe to skip
             offset = self.world.append(encode_starts(QUEUE, AFTER_MS, (), refs=[self._message(record)],
                                                      client_id="c", instance_id=self.instance))
-            self.dispatch.start_recorded([MessageId(0, record.offset_)], offset)
+            self.dispatch.commits.start_recorded([MessageId(0, record.offset_)], offset)
         self.book = max(self.book, record.offset_ + 1)
 
-    def _commit_now(self, _partition: int, _since: int) -> bool:
-        self.commit()
+    # --- the consumer's offsets (groups.commits.Book) --------------------------------------------------------
+
+    def commit(self, _partition: int, _since: int) -> bool:
+        self.commit_all()
         return True
 
-    def _rewind(self, _partition: int, offset: int) -> None:
+    def touch(self, _partition: int) -> None:
+        pass
+
+    def rewind(self, _partition: int, offset: int) -> None:
         self.book = min(self.book, offset)
 
     def _committed_of(self, partitions: list[int]) -> dict[int, tuple[int, str | None]]:

@@ -65,7 +65,7 @@ class GroupOwners(RuleBasedStateMachine):
 
     @rule()
     def commit(self) -> None:
-        self.owner.commit()
+        self.owner.commit_all()
 
     @rule(ms=st.sampled_from([50, 400, AFTER_MS // 2, AFTER_MS * 2]))
     def time_passes(self, ms: int) -> None:

@@ -1,7 +1,7 @@
 """QueueCommitter: commits a queue's offsets from its offset book, and keeps the book in step with the outcome.
 
 With message groups, a partition is committed no further than its lowest unfinished grouped record, with the markers
-offset its next owner replays from in the commit's metadata (GroupDispatch.commit_point).
+offset its next owner replays from in the commit's metadata (kmq.client.consumer.groups.commits).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from kmq import _kafka
 from kmq._kafka.factory import GroupClient
 from kmq._kafka.offsets import CommitOutcome
-from kmq.client.consumer.groups.dispatch import GroupDispatch
+from kmq.client.consumer.groups.commits import GroupCommits
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
 
 
@@ -25,7 +25,7 @@ class QueueCommitter:
         self._book = book
         self._what = f"queue {queue!r}"
         #: Set when the queue's consumer handles message groups.
-        self.groups: GroupDispatch | None = None
+        self.groups: GroupCommits | None = None
 
     def commit(self, offsets: Mapping[TopicPartitionKey, int],
                attempts: int = _kafka.COMMIT_ATTEMPTS) -> CommitOutcome:

@@ -22,7 +22,7 @@ from kmq._kafka.offsets import CommitOutcome, committed_with_metadata
 from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.client_errors import ClientErrors
 from kmq.client.consumer.committer import QueueCommitter
-from kmq.client.consumer.groups.dispatch import GroupDispatch
+from kmq.client.consumer.groups.dispatch import GroupDispatch, GroupRules
 from kmq.client.consumer.groups.follower import MarkersFollower
 from kmq.client.consumer.groups.owned_starts import OwnedStarts
 from kmq.client.consumer.groups.takeover import Takeover
@@ -110,8 +110,8 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
     groups = None
     if config.marker_format == MARKER_FORMAT_KMQ and settler is in_flight:
         groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, committer, gate,
-                               make_message, instance_id, logger)
-        committer.groups = groups
+                               make_message, logger)
+        committer.groups = groups.commits
     pipeline = StartPipeline(
         key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
@@ -133,7 +133,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
 def _build_groups(config: Config, queue: str, clients: ClientFactory, client: GroupClient, writer: MarkerWriter,
                   in_flight: InFlightMessages, intake: Intake, book: OffsetBook, committer: QueueCommitter,
                   gate: ReadyGate,
-                  make_message: Callable[[Record], Message], instance_id: str,
+                  make_message: Callable[[Record], Message],
                   logger: structlog.typing.FilteringBoundLogger) -> GroupDispatch:
     """The message groups' parts, wired to the consumer's (see kmq.client.consumer.groups)."""
     topic, timeout_s = config.message_topic, config.connect_timeout_ms / 1000
@@ -145,24 +145,36 @@ def _build_groups(config: Config, queue: str, clients: ClientFactory, client: Gr
     takeover = Takeover(MarkersFollower(config, queue, clients), committed_of,
                         writer.broker_time.now_ms, logger)
     groups = GroupDispatch(
-        concurrency=config.group_concurrency_of(queue), max_deliveries=config.max_deliveries,
-        buffer_records=config.group_buffer_records, writer=writer,
-        starts=OwnedStarts(writer, gate.put, add=in_flight.add, discard=in_flight.discard, wake=wake.set),
-        takeover=takeover,
-        make_message=make_message,
-        dead_letter=in_flight.dead_letter, put_back=intake.put_back,
-        rewind=lambda p, offset: book.rewind({(topic, p): offset}), touch=lambda p: book.touch((topic, p)),
-        commit=lambda p, since: _commit_partition(committer, book, (topic, p), since),
-        last_marker=lambda: writer.channel.last_offset,
+        rules=GroupRules(config.group_concurrency_of(queue), config.max_deliveries, config.group_buffer_records),
+        writer=writer, starts=OwnedStarts(writer, gate.put, add=in_flight.add, discard=in_flight.discard,
+                                          wake=wake.set),
+        takeover=takeover, book=_Book(committer, book, topic), make_message=make_message,
+        dead_letter=in_flight.dead_letter, put_back=intake.put_back, last_marker=lambda: writer.channel.last_offset,
         logger=logger)
     groups.wake = wake
     in_flight.on_group_settle = groups.settled
     writer.settles.on_ended = groups.ended
-    writer.channel.on_start_record = groups.start_recorded
+    writer.channel.on_start_record = groups.commits.start_recorded
     return groups
 
 
-def _commit_partition(committer: QueueCommitter, book: OffsetBook, tp: tuple[str, int], since: int) -> bool:
-    """Commits one partition now, at its latest offset (or ``since``, before any)."""
-    position = book.position(tp)
-    return committer.commit({tp: since if position is None else position}) is CommitOutcome.COMMITTED
+class _Book:
+    """The consumer's offsets as the groups act on them (kmq.client.consumer.groups.commits.Book)."""
+
+    __slots__ = ("_book", "_committer", "_topic")
+
+    def __init__(self, committer: QueueCommitter, book: OffsetBook, topic: str) -> None:
+        self._committer = committer
+        self._book = book
+        self._topic = topic
+
+    def commit(self, partition: int, since: int) -> bool:
+        tp = (self._topic, partition)
+        position = self._book.position(tp)
+        return self._committer.commit({tp: since if position is None else position}) is CommitOutcome.COMMITTED
+
+    def touch(self, partition: int) -> None:
+        self._book.touch((self._topic, partition))
+
+    def rewind(self, partition: int, offset: int) -> None:
+        self._book.rewind({(self._topic, partition): offset})

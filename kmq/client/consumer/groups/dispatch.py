@@ -4,8 +4,8 @@ Each round, on the loop thread: records of this queue that name a group are ``di
 their partition's ledger; ``advance`` applies what happened since (settles from the workers' threads, durable Ends
 and Starts from the producer's, markers an earlier owner wrote, leases that lapsed); ``hand_out`` takes one message
 from each ready group in turn and has it Started (owner-tracked), and it goes out once its Start is durable. Commits
-ask ``commit_point``: never past a partition's lowest unfinished grouped record, with the markers offset a next owner
-replays from.
+ask its ``commits`` (GroupCommits): never past a partition's lowest unfinished grouped record, with the markers offset
+a next owner replays from.
 
 Before a grouped message is Started, ``before_start`` (None by default) may finish it instead: it returns the End to
 write (end reason, reason text), and the message is Ended without a Start and its group moves on once that End is
@@ -17,18 +17,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from kmq import wire
-from kmq.client.consumer.groups.ledger import ACTIVE, GroupQueue, PartitionLedger, State
+from kmq.client.consumer.groups.commits import Book, GroupCommits
+from kmq.client.consumer.groups.ledger import ACTIVE, PartitionLedger, State
 from kmq.client.consumer.groups.owned_starts import OwnedStarts
 from kmq.client.consumer.groups.ready_ring import ReadyRing
 from kmq.client.consumer.groups.takeover import Takeover
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
-from kmq.errors import KmqError
 from kmq.wire import HEADER_DELIVER_AT, MessageId
 from kmq.wire.markers import EndReason
 
@@ -44,37 +45,42 @@ ACTIVE_WAIT_S = 0.01
 Verdict = tuple[EndReason, str] | None
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRules:
+    """A queue's rules for its groups."""
+
+    #: Messages of one group in flight at once (``group_concurrency``; 1: in order, one at a time).
+    concurrency: int = 1
+    #: Deliveries after which the owner dead-letters a message instead of handing it out again (0: never).
+    max_deliveries: int = 0
+    #: Grouped messages read and unfinished past which the consumer reads no further (``group_buffer_records``).
+    buffer_records: int = 200_000
+
+
 class GroupDispatch:
     """Loop thread, but for ``settled``, ``ended`` and ``start_recorded`` (any thread: they only append)."""
 
-    def __init__(self, *, concurrency: int, max_deliveries: int, buffer_records: int, writer: MarkerWriter,
-                 starts: OwnedStarts, takeover: Takeover, make_message: Callable[[Any], Message],
-                 dead_letter: Callable[[Message, str], None], put_back: Callable[[list[Any]], None],
-                 rewind: Callable[[int, int], None], touch: Callable[[int], None],
-                 commit: Callable[[int, int], bool], last_marker: Callable[[], int],
+    def __init__(self, *, rules: GroupRules, writer: MarkerWriter, starts: OwnedStarts, takeover: Takeover,
+                 book: Book, make_message: Callable[[Any], Message], dead_letter: Callable[[Message, str], None],
+                 put_back: Callable[[list[Any]], None], last_marker: Callable[[], int],
                  logger: structlog.typing.FilteringBoundLogger = log,
                  clock_ms: Callable[[], int] = wire.now_ms) -> None:
-        self._concurrency = concurrency
-        self._max_deliveries = max_deliveries
-        self._buffer_records = buffer_records
+        self._rules = rules
         self._writer = writer
         self._starts = starts
         self._takeover = takeover
         self._make_message = make_message
         self._dead_letter = dead_letter
         self._put_back = put_back
-        self._rewind = rewind
-        self._touch = touch
-        self._commit = commit
-        self._last_marker = last_marker
         self._log = logger
         #: Wall-clock ms: due times (``deliver_at``, a release's delay).
         self._clock_ms = clock_ms
         self._ledgers: dict[int, PartitionLedger] = {}
         self._ring = ReadyRing()
-        #: (kind, …) from other threads, applied by ``advance``; Start records noted for the marker floor.
+        #: (kind, …) from other threads, applied by ``advance``.
         self._events: deque[tuple[Any, ...]] = deque()
-        self._notes: deque[tuple[Sequence[MessageId], int]] = deque()
+        #: The commit side: where each partition may be committed, with its ``m=``.
+        self.commits = GroupCommits(self._ledgers, takeover, starts, book, last_marker, logger)
         #: The dedup seam (see the module docstring).
         self.before_start: Callable[[Message], Verdict] | None = None
         #: Set when something the loop acts on happened (a settle, a durable End or Start): it waits on this
@@ -109,7 +115,7 @@ class GroupDispatch:
     def full(self) -> bool:
         """True while the grouped records read and not finished fill the buffer (``group_buffer_records``): the
         consumer reads no further until some finish."""
-        return sum(ledger.buffered for ledger in self._ledgers.values()) >= self._buffer_records
+        return sum(ledger.buffered for ledger in self._ledgers.values()) >= self._rules.buffer_records
 
     # --- events from other threads -------------------------------------------------------------------------------
 
@@ -122,10 +128,6 @@ class GroupDispatch:
         """The owner-tracked Ends of ``ids`` are durable (``ok``) or failed (producer thread)."""
         self._events.append(("ended", ids, ok))
         self.wake.set()
-
-    def start_recorded(self, ids: Sequence[MessageId], markers_offset: int) -> None:
-        """A Start record of ``ids`` is durable at ``markers_offset`` (producer thread)."""
-        self._notes.append((ids, markers_offset))
 
     # --- each round (loop thread) --------------------------------------------------------------------------------
 
@@ -154,8 +156,9 @@ class GroupDispatch:
             return 0
         now = self._clock_ms()
         for ledger in self._ledgers.values():
-            if not ledger.anchored and ledger.groups and not ledger.blind:
-                self._anchor(ledger, now)
+            if not ledger.anchored and ledger.groups and not ledger.blind and self.commits.anchor(ledger):
+                for queue in ledger.groups.values():
+                    self._ring.offer(ledger, queue, now)
         taken = self._ring.take(room, now)
         if not taken:
             return 0
@@ -165,8 +168,8 @@ class GroupDispatch:
             message.delivery_count = entry.delivery_count
             entry.delivery = message
             verdict = self.before_start(message) if self.before_start is not None else None
-            if verdict is None and self._max_deliveries and entry.delivery_count > self._max_deliveries:
-                self._dead_letter(message, wire.max_deliveries_reason(self._max_deliveries))
+            if verdict is None and self._rules.max_deliveries and entry.delivery_count > self._rules.max_deliveries:
+                self._dead_letter(message, wire.max_deliveries_reason(self._rules.max_deliveries))
                 continue  # its End comes back as a settle: the group moves on once it is durable
             if verdict is not None:
                 ledger.ending(entry, (verdict[0].value, verdict[1]))
@@ -203,39 +206,6 @@ class GroupDispatch:
         """Groups ready to hand out now."""
         return len(self._ring)
 
-    # --- commits ---------------------------------------------------------------------------------------------------
-
-    def commit_point(self, partition: int, offset: int) -> tuple[int, str | None] | None:
-        """Where ``partition`` may be committed when its plain records are safe to skip up to ``offset``, and the
-        commit's metadata (None: a partition without grouped messages, committed as before groups); None: not
-        now (its takeover has not begun)."""
-        self._note_starts()
-        ledger = self._ledgers.get(partition)
-        if ledger is None:
-            return offset, None
-        if ledger.blind:
-            floor = self._takeover.blind_floor(partition)
-            if floor is None:
-                return None
-            offset = min(offset, floor)
-        lowest = ledger.lowest_unfinished()
-        if lowest is not None:
-            offset = min(offset, lowest)
-        if not ledger.grouped:
-            return offset, None
-        markers_offset = ledger.floor.at(offset)
-        if markers_offset is None and ledger.base is not None:
-            if not self._starts and ledger.anchored:
-                # Nothing Started is on its way: every later marker lands after the last one reported.
-                ledger.base = max(ledger.base, self._last_marker() + 1)
-            markers_offset = ledger.base
-        return offset, wire.group_commit_metadata(markers_offset)
-
-    def committed(self, partition: int, offset: int) -> None:
-        ledger = self._ledgers.get(partition)
-        if ledger is not None:
-            ledger.floor.committed(offset)
-
     # --- rebalances ------------------------------------------------------------------------------------------------
 
     def assigned(self, partitions: list[int]) -> None:
@@ -243,7 +213,7 @@ class GroupDispatch:
         records of a partition with nothing to replay are never parked) and, if it names one, the markers
         replayed."""
         for partition in partitions:
-            ledger = PartitionLedger(partition, self._concurrency)
+            ledger = PartitionLedger(partition, self._rules.concurrency)
             self._ledgers[partition] = ledger
             self._takeover.begin(ledger)
         self._takeover.ask_commits(self._ledgers)
@@ -272,22 +242,6 @@ class GroupDispatch:
         self._takeover.close()
 
     # --- internals -------------------------------------------------------------------------------------------------
-
-    def _anchor(self, ledger: PartitionLedger, now: int) -> None:
-        """Before the first grouped Start of an assignment whose commit names no ``m=``: a commit that does, so a
-        next owner finds what this one Starts (even if it never commits again)."""
-        try:
-            self._takeover.anchor(ledger)
-        except KmqError as err:
-            self._log.warning("group_anchor_failed", partition=ledger.partition, error=str(err))
-            return
-        ledger.grouped = True
-        ledger.anchored = True
-        if not self._commit(ledger.partition, ledger.since):
-            ledger.anchored = False
-            return
-        for queue in ledger.groups.values():
-            self._ring.offer(ledger, queue, now)
 
     def _apply_settle(self, message: Message, kind: str, delay_ms: int, end: tuple[int, str] | None,
                       now: int) -> None:
@@ -323,20 +277,7 @@ class GroupDispatch:
             queue = ledger.finish(entry)
             self._ring.offer(ledger, queue, now)
             if lowest == mid.offset:
-                self._touch(mid.partition)
-
-    def _note_starts(self) -> None:
-        notes = self._notes
-        while notes:
-            ids, markers_offset = notes.popleft()
-            highest: dict[int, int] = {}
-            for partition, offset in ids:
-                if offset > highest.get(partition, -1):
-                    highest[partition] = offset
-            for partition, offset in highest.items():
-                ledger = self._ledgers.get(partition)
-                if ledger is not None:
-                    ledger.floor.note(offset, markers_offset)
+                self.commits.book.touch(mid.partition)
 
     def _unpark(self, records: list[Any]) -> None:
         """Records parked while their partition was blind are read again; its commit goes back to the first of
@@ -345,12 +286,9 @@ class GroupDispatch:
         for record in records:
             first.setdefault(record.partition(), record.offset())
         for partition, offset in first.items():
-            self._rewind(partition, offset)
+            self.commits.book.rewind(partition, offset)
         self._put_back(records)
 
-    def queues(self) -> list[tuple[PartitionLedger, GroupQueue]]:
-        """Every group queue held (for stats and tests)."""
-        return [(ledger, queue) for ledger in self._ledgers.values() for queue in ledger.groups.values()]
 
 
 def _due_ms(headers: Any) -> int:

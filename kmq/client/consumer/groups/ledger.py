@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kmq.client.consumer.groups.marker_floor import MarkerFloor
@@ -126,10 +125,6 @@ class PartitionLedger:
         self.grouped = False
 
     # --- reading --------------------------------------------------------------------------------------------------
-
-    def known(self, offset: int) -> Entry | None:
-        """What the markers told of a record not read yet, or None."""
-        return self.entries.get(offset)
 
     def skip_finished(self, offset: int) -> bool:
         """For a plain record read: True (skip it) when the markers showed it Started by an earlier owner."""
@@ -262,8 +257,3 @@ class PartitionLedger:
         entry.lease_ms = lease_ms
         entry.delivery_count = delivery_count
         self.held[entry.offset] = entry
-
-    def waiting(self) -> Iterator[Entry]:
-        """Every entry read and not finished (for stats and tests)."""
-        for queue in self.groups.values():
-            yield from queue.entries

@@ -48,6 +48,10 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
         rows.append([name, *(f"{data.get(c, 0):,}" for c in AUDIT_COLUMNS),
                      _p50_p99(data.get("wait_ms_p50_p95_p99")), _p50_p99(data.get("processing_ms_p50_p95_p99"))])
     print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
+    for name, data in sorted(result.get("groups", {}).items()):
+        p50 = data.get("group_p50_latency_ms_p50_p95_p99")
+        print(f"{name}: {data['groups']:,} message group(s), {data['messages']:,} grouped messages, order violations: "
+              f"{data['order_violations']:,}; the groups' median latency, ms p50/p99: {_p50_p99(p50)}")
     before = sum(d.get("before_window", 0) for d in result["queues"].values())
     if result["window"] is not None:
         print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")

@@ -23,7 +23,7 @@ from kmq._kafka.offsets import group_offsets
 from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
 from kmq.errors import KafkaClientError
-from kmq.wire import MessageId
+from kmq.wire import MessageId, partitioning
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +111,19 @@ def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
                               warm_topic=config.message_topic)
     try:
         futures = []
+        partitions = 0
         for letter in letters:
             headers = list(letter.headers.items())
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
-            futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers))
+            group = letter.headers.get(wire.HEADER_GROUP)
+            partition = None
+            if group:  # a grouped message goes back to its group's partition, behind the group's later messages
+                partitions = partitions or len(_kafka.topic_partitions(producer.client, config, config.message_topic,
+                                                                       "message"))
+                partition = partitioning.partition_for(queue, group.decode(errors="replace"), partitions)
+            futures.append(producer.produce_future(config.message_topic, letter.payload, queue.encode(), headers,
+                                                   partition=partition))
         for future in futures:
             future.result(config.connect_timeout_ms / 1000 + 20)
     finally:

@@ -169,3 +169,21 @@ def test_kmq_send_group_stats_groups_and_inspect_show_each_group(kmq_config: Con
         assert shown.returncode == 0, shown.stderr
         assert "group 'busy'" in shown.stdout and "state: in_flight" in shown.stdout, shown.stdout
         busy.ack()
+
+
+def test_a_redriven_dead_letter_goes_back_to_its_group_s_partition(kmq_config: ConfigFactory) -> None:
+    from kmq.ops.dlq import redrive
+
+    config = kmq_config(partitions=6)
+    with Service(config).queue("jobs").producer() as producer:
+        sent = producer.send(b"0", group="account-7")
+    with Service(config).queue("jobs").consumer() as consumer:
+        message = consumer.receive(30)
+        assert message is not None and message.group == "account-7"
+        message.reject("bad")
+        assert consumer.flush(10) == 0
+        assert redrive(config, "jobs") == 1
+        again = consumer.receive(30)
+        assert again is not None and again.group == "account-7"
+        assert again.message_id.partition == sent.partition, "the group's partition: its owner keeps its order"
+        again.ack()

@@ -68,6 +68,7 @@ class World:
     #: Per group, its live delivery: (instance, message).
     live: dict[str, tuple[str, Message]] = field(default_factory=dict)
     handouts: list[tuple[str, int, int]] = field(default_factory=list)
+    dead_letters: list[tuple[int, int, str]] = field(default_factory=list)
 
     def send(self, group: str | None) -> None:
         self.records.append(Rec(len(self.records), group))
@@ -154,7 +155,8 @@ class FakeSink:
 class Owner:
     """A consumer that owns the partition (or did: ``revoked``), or crashed (``dead``)."""
 
-    def __init__(self, world: World, instance: str, *, fail_starts: bool = False) -> None:
+    def __init__(self, world: World, instance: str, *, fail_starts: bool = False,
+                 rules: GroupRules | None = None) -> None:
         self.world = world
         self.instance = instance
         self.fail_starts = fail_starts
@@ -169,7 +171,7 @@ class Owner:
         self.unreported: list[MessageId] = []
         self.dead = self.revoked = False
         self.dispatch = GroupDispatch(
-            rules=GroupRules(), writer=self,  # type: ignore[arg-type]
+            rules=rules or GroupRules(), writer=self,  # type: ignore[arg-type]
             starts=OwnedStarts(self, self._handed_out, add=lambda _m: None,  # type: ignore[arg-type]
                                discard=lambda _mid: None),
             takeover=Takeover(FakeFollower(world), self._committed_of, lambda: world.now),  # type: ignore[arg-type]
@@ -314,6 +316,7 @@ class Owner:
         return Message(b"%d" % record.offset(), headers, "q", mid, 1, mid, 0, _Settler())
 
     def _dead_letter(self, message: Message, reason: str) -> None:
+        self.world.dead_letters.append((message.message_id.offset, message.delivery_count, reason))
         self.dispatch.settled(message, END, 0, (EndReason.REJECTED.value, reason))
         self.sink.end(message.message_id, EndReason.REJECTED, reason)
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from kmq import wire
+from kmq.client.consumer.groups.dispatch import GroupRules
 from kmq.client.consumer.groups.ledger import PartitionLedger
 from kmq.client.consumer.groups.marker_floor import MarkerFloor
 from kmq.client.consumer.groups.ready_ring import ReadyRing
@@ -16,7 +17,7 @@ from kmq.wire.marker_batch import decode_batch, encode_starts
 from tests.markers_io import wait_for
 from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
 from tests.unit.fakes import FakeStart
-from tests.unit.group_world import Owner, World
+from tests.unit.group_world import AFTER_MS, Owner, World
 from tests.unit.test_tracker_facade import _running
 
 
@@ -112,3 +113,24 @@ def test_the_next_message_is_started_while_the_end_before_it_travels_and_goes_ou
     owner.report()
     owner.round(5, 5)
     assert [h[1] for h in world.handouts] == [0, 1]
+
+
+def test_a_message_whose_workers_went_silent_max_deliveries_times_is_dead_lettered_by_its_owner() -> None:
+    world, rules = World(), GroupRules(max_deliveries=2)
+    world.send("a")
+    world.send("a")
+    owner = Owner(world, "i0", rules=rules)
+    for instance in ("i1", "i2"):  # the holder dies; its lease lapses; the next owner hands it out again
+        owner.round(5, 5)
+        owner.commit_all()
+        owner.crash()
+        world.now += 2 * AFTER_MS
+        owner = Owner(world, instance, rules=rules)
+        owner.round(5, 5)
+        world.now += 2 * AFTER_MS
+    owner.round(5, 5)
+    owner.flush()
+    owner.report()
+    owner.round(5, 5)
+    assert [(o, c) for _, o, c in world.handouts] == [(0, 1), (0, 2), (1, 1)]
+    assert world.dead_letters == [(0, 3, "max deliveries (2) reached")]

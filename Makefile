@@ -38,6 +38,12 @@ functional: kafka-fetch
 test-groups: kafka-fetch
 	$(PY) -m pytest tests/groups -p no:cacheprovider -o testpaths=tests/groups -s
 
+# Issue #34's long scenarios on one broker (~2.5 min): 1,000 deduplicated sends across a SIGKILLed worker, and a
+# 2 s schedule fired by two trackers across a SIGKILLed one (the leader kill is in test-cluster).
+.PHONY: test-dedup
+test-dedup: kafka-fetch
+	$(PY) -m pytest tests/dedup -p no:cacheprovider -o testpaths=tests/dedup -s
+
 # The audit on a Spark standalone cluster (a master and two workers from pyspark's own distribution) against local
 # mode and the generator's ground truth.
 test-audit-cluster: kafka-fetch

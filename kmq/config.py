@@ -159,6 +159,22 @@ class Config:
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
     #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
     at_most_once_queues: tuple[str, ...] = ()
+    #: A send with a dedup id (``send(dedup_id=…)``, or its content's hash on a ``content_dedup_queues`` queue) is
+    #: never handed out when a send with the same id reached its queue less than this before it (SQS's 5 minutes;
+    #: docs/concepts/dedup.md). 0 turns the consumers' check off.
+    dedup_window_ms: int = 300_000
+    #: How far producers' clocks may disagree: a consumer that takes a partition over reads this much more than one
+    #: window back to rebuild what it must remember.
+    dedup_clock_skew_ms: int = 30_000
+    #: Queues whose sends without a ``dedup_id`` are deduplicated by content (SHA-256 of payload and user headers,
+    #: as SQS's content-based deduplication). A YAML list, or names separated by commas.
+    content_dedup_queues: tuple[str, ...] = ()
+    #: A recurring schedule's tick is fired by its primary tracker at its time, and by any other tracker this much
+    #: later unless that one has seen the primary's "fired" record (docs/concepts/dedup.md, schedules).
+    schedule_standby_delay_ms: int = 500
+    #: A tick no tracker could fire within this of its time is missed: its schedule's ``missed`` policy says whether
+    #: it is fired late (``fire-last``: the latest missed tick, once) or not (``skip``).
+    schedule_misfire_grace_ms: int = 60_000
     #: librdkafka settings for every client (``security.protocol``, ``sasl.*``, ``ssl.*`` …); kmq-owned keys are
     #: refused, secrets never logged.
     kafka: Mapping[str, str] = field(default_factory=dict)
@@ -194,7 +210,8 @@ class Config:
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms"):
             _positive(name, getattr(self, name))
-        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port"):
+        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port", "dedup_window_ms",
+                     "dedup_clock_skew_ms", "schedule_standby_delay_ms", "schedule_misfire_grace_ms"):
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
@@ -211,12 +228,8 @@ class Config:
         if self.expired_messages not in EXPIRED_ACTIONS:
             raise ConfigError("expired_messages", f"must be one of {', '.join(EXPIRED_ACTIONS)}, "
                                                   f"got {self.expired_messages!r}")
-        names = self.at_most_once_queues
-        if isinstance(names, str):
-            names = tuple(n.strip() for n in names.split(",") if n.strip())
-        if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
-        object.__setattr__(self, "at_most_once_queues", tuple(names))
+        for field_name in ("at_most_once_queues", "content_dedup_queues"):
+            object.__setattr__(self, field_name, _queue_names(field_name, getattr(self, field_name)))
         for name in ("metrics_host", "tracker_group", "consumer_group_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():
@@ -329,6 +342,15 @@ class Config:
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers", "missing: set it in the config file or KMQ_BOOTSTRAP_SERVERS")
         return cls(**merged)
+
+
+def _queue_names(name: str, names: object) -> tuple[str, ...]:
+    """A list of queue names, given as a list or a comma-separated string."""
+    if isinstance(names, str):
+        names = tuple(n.strip() for n in names.split(",") if n.strip())
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(name, f"must be a list of queue names, got {names!r}")
+    return tuple(names)
 
 
 def _rebuild(fields: dict[str, Any]) -> Config:

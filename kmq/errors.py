@@ -15,6 +15,15 @@ class ConfigError(KmqError, ValueError):
         self.field = field
 
 
+class ScheduleError(ConfigError):
+    """Raised when a recurring schedule's definition is invalid (cron expression, time zone, template, policy,
+    name) or names no schedule; ``field`` names what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        KmqError.__init__(self, f"schedule {field}: {message}")
+        self.field = field
+
+
 class InvalidQueueNameError(KmqError, ValueError):
     """Raised when a queue name is empty, too long or not printable."""
 

@@ -11,6 +11,7 @@ from kmq.aio import AsyncConsumer, AsyncProducer
 from kmq.client.consumer import Consumer
 from kmq.client.producer import Producer
 from kmq.config import Config
+from kmq.ops.schedules import Schedules
 from kmq.wire import datetime_from_ms, ms_from_datetime, validate_queue_name
 from kmq.worker import Handler, Worker
 
@@ -93,6 +94,12 @@ class Service:
         existing topics are kept as they are."""
         return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
                              replication_factor=replication_factor)
+
+    @property
+    def schedules(self) -> Schedules:
+        """The recurring schedules (``kmq schedule``): add, list, pause, resume, remove, run now. The tracker group
+        fires them."""
+        return Schedules(self.config)
 
     def check_topics(self) -> dict[str, int]:
         """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises

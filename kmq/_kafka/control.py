@@ -115,12 +115,16 @@ class ControlFollower:
 
 def write(config: Config, key: str, value: dict[str, object] | None) -> None:
     """Writes one control record durably."""
+    write_record(config, key.encode(), None if value is None else json.dumps(value).encode())
+
+
+def write_record(config: Config, key: bytes, value: bytes | None) -> None:
+    """Writes one control record (already encoded; None: a tombstone) durably."""
     topic = control_topic(config.message_topic)
     producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control", warm_topic=topic)
     try:
         topic_partitions(producer.client, config, topic, "control")
-        payload = None if value is None else json.dumps(value).encode()
-        delivery = producer.produce_future(topic, payload, key.encode())  # type: ignore[arg-type]
+        delivery = producer.produce_future(topic, value, key)  # type: ignore[arg-type]
         producer.wait(delivery, config.connect_timeout_ms / 1000 + 20)
         delivery.result(0)
     finally:

@@ -13,7 +13,7 @@ from kmq.errors import KmqError
 
 #: `kmq audit` columns: produced and counters, messages per state (kmq.wire.vocabulary), lost, the duplicates.
 AUDIT_COLUMNS = ["produced", "delivered", "released", "returned", "redelivered", "acked", "dead_lettered", "rejected",
-                 "expired", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
+                 "expired", "deduplicated", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
                  "delivered_more_than_once", "acked_more_than_once"]
 
 

@@ -75,6 +75,14 @@ def message_id(text: str) -> MessageId:
     return mid
 
 
+def header(text: str) -> tuple[str, str]:
+    """A ``--header K=V`` (the value may hold ``=``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"must be K=V, got {text!r}")
+    return key, value
+
+
 def iso_time(text: str) -> datetime:
     """An ISO 8601 time; UTC when it names no zone."""
     try:

@@ -8,7 +8,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmq.cli.options import COUNT, EXIT_OK, SECONDS, Command, Subparsers, iso_time, number, see_help, subcommand
+from kmq.cli.options import (
+    COUNT,
+    EXIT_OK,
+    SECONDS,
+    Command,
+    Subparsers,
+    header,
+    iso_time,
+    number,
+    see_help,
+    subcommand,
+)
 from kmq.cli.output import plural
 from kmq.config import Config
 from kmq.errors import KmqError
@@ -24,7 +35,7 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
     send.add_argument("--stdin", action="store_true", help="send each stdin line as a message")
     send.add_argument("--count", type=COUNT, default=1, help="send the payload N times (load); '{i}' is replaced")
-    send.add_argument("--header", action="append", default=[], metavar="K=V")
+    send.add_argument("--header", action="append", default=[], type=header, metavar="K=V")
     send.add_argument("--delay", type=SECONDS, metavar="SECONDS",
                       help="no handler gets it before this many seconds")
     send.add_argument("--at", dest="deliver_at", type=iso_time, metavar="TIME",
@@ -33,9 +44,12 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                       help="no handler gets it after this many seconds (it expires)")
     send.add_argument("--time-limit", type=number(float, 0, above=True), metavar="SECONDS",
                       help="a handler may run this long on it (overrides the worker's --time-limit)")
+    send.add_argument("--dedup-id", metavar="ID",
+                      help="deduplication id: a send of an id the queue saw within dedup_window_ms is never handed "
+                           "out; with --count or --stdin, '{i}' is replaced by the message's index")
     send.add_argument("--group", metavar="GROUP",
-                      help="message group: a group's messages are handed out in order, one at a time ('{i}' is "
-                           "replaced, like in the payload)")
+                      help="message group: a group's messages are handed out in order, one at a time; with --count "
+                           "or --stdin, '{i}' is replaced by the message's index")
     send.add_argument("--ids", action="store_true", help="print each message's id (PARTITION:OFFSET), one a line")
     return {"send": Command(cmd_send, usage_error)}
 
@@ -49,18 +63,18 @@ def usage_error(args: argparse.Namespace) -> str | None:
         return see_help("send", f"give one of PAYLOAD, --file and --stdin, not {' and '.join(given)}")
     if args.delay is not None and args.deliver_at is not None:
         return see_help("send", "give --delay or --at, not both")
+    if args.dedup_id is not None and (args.count > 1 or args.stdin) and "{i}" not in args.dedup_id:
+        return see_help("send", "--dedup-id without '{i}' gives every message one id: all but the first would be "
+                                "dropped as duplicates")
     return None
 
 
-def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[tuple[int, bytes]]:
-    """(i, payload) of each message to send."""
+def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[bytes]:
     if args.stdin:
-        i = 0
         for line in sys.stdin.buffer:
             payload = line.rstrip(b"\r\n")
             if payload.strip():
-                yield i, payload
-                i += 1
+                yield payload
             else:  # a blank line is a separator, not an empty job
                 skipped[0] += 1
     elif args.file is not None:
@@ -68,11 +82,11 @@ def _payloads(args: argparse.Namespace, skipped: list[int]) -> Iterator[tuple[in
             data = args.file.read_bytes()
         except OSError as err:
             raise KmqError(f"cannot read {args.file}: {err.strerror}") from err
-        for i in range(args.count):
-            yield i, data
+        for _ in range(args.count):
+            yield data
     elif args.payload is not None:
         for i in range(args.count):
-            yield i, args.payload.replace("{i}", str(i)).encode()
+            yield args.payload.replace("{i}", str(i)).encode()
 
 
 def cmd_send(config: Config, args: argparse.Namespace) -> int:
@@ -82,20 +96,16 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
 
     validate_queue_name(args.queue)
     check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
-    headers = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise KmqError(f"--header must be K=V, got {item!r}")
-        headers[key] = value
+    headers = dict(args.header)
     sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
     deliveries = []
     with Service(config).queue(args.queue).producer() as producer:
-        for i, payload in _payloads(args, skipped):
+        for i, payload in enumerate(_payloads(args, skipped)):
+            dedup_id = None if args.dedup_id is None else args.dedup_id.replace("{i}", str(i))
             group = None if args.group is None else args.group.replace("{i}", str(i))
             deliveries.append(producer.send_async(payload, headers or None, delay=args.delay,
                                                   deliver_at=args.deliver_at, ttl=args.ttl,
-                                                  time_limit=args.time_limit, group=group))
+                                                  time_limit=args.time_limit, dedup_id=dedup_id, group=group))
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()

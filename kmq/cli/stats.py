@@ -13,9 +13,9 @@ from kmq.config import Config
 
 #: `kmq stats` columns: messages per state (kmq.wire.vocabulary), then counters; the rare states only when seen.
 STATS_COLUMNS = ["queue", "paused", "waiting", "oldest_waiting_age_s", "in_flight", "oldest_in_flight_age_s", "delayed",
-                 "overdue", "acked", "dead_lettered", "rejected", "expired", "purged", "consumed", "ended_by_go",
-                 "vanished", "delivered", "released", "returned", "redelivered"]
-STATS_IF_ANY = {"paused", "consumed", "ended_by_go", "vanished"}
+                 "overdue", "acked", "dead_lettered", "rejected", "expired", "deduplicated", "purged", "consumed",
+                 "ended_by_go", "vanished", "delivered", "released", "returned", "redelivered"]
+STATS_IF_ANY = {"paused", "deduplicated", "consumed", "ended_by_go", "vanished"}
 
 
 def add_parsers(subs: Subparsers) -> dict[str, Command]:

@@ -121,6 +121,8 @@ class KmqBroker(Broker):
             "delay": delay / 1000 if delay is not None and delay > 0 else None,
             "time_limit": self._time_limit_s(message),
             "group": message.options.get(MESSAGE_GROUP_OPTION),
+            # send_with_options(dedup_id=…): the first send only; a retry re-enqueues the same message to run again.
+            "dedup_id": None if message.options.get("retries") else message.options.get("dedup_id"),
         }
         payload = message.encode()
         if self.confirm_delivery:

@@ -2,10 +2,12 @@
 
 kombu's virtual transports hand ``_put`` a JSON-able dict (``body``, ``headers``, ``properties`` …); it travels as
 the kmq payload, unchanged. What kmq can do better than the worker's memory is read off it here: a Celery task's
-``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, kombu's ``expiration`` (milliseconds,
-AMQP's per-message TTL) becomes kmq's ``ttl``, and a ``MessageGroupId`` property (what kombu's SQS transport sends to
-a FIFO queue: ``task.apply_async(..., MessageGroupId="account-7")``) or a ``kmq-group`` header becomes kmq's message
-group.
+``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, and kombu's ``expiration`` (milliseconds,
+AMQP's per-message TTL) becomes kmq's ``ttl``. A ``dedup_id`` header (``apply_async(headers={"dedup_id": …})``)
+becomes kmq's dedup id on the task's first send; a retry (Celery re-sends the task, ``retries`` > 0) is a new run
+of the same task, never a duplicate of it, so it goes without. A ``MessageGroupId`` property (what kombu's SQS
+transport sends to a FIFO queue: ``task.apply_async(..., MessageGroupId="account-7")``) or a ``kmq-group`` header
+becomes kmq's message group.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kmq.wire import HEADER_GROUP
+
 #: A kmq header naming the Celery task, so `kmq dlq list` and `kmq inspect` show what a dead letter was.
 HEADER_TASK = "celery-task"
 HEADER_TASK_ID = "celery-task-id"
+#: The Celery message header a task's sender sets to deduplicate it (docs/guides/dedup-and-schedules.md).
+DEDUP_HEADER = "dedup_id"
 #: Where a kombu message names its message group: the property kombu's SQS transport reads for FIFO queues, or a
 #: header.
 GROUP_PROPERTY = "MessageGroupId"
-GROUP_HEADER = "kmq-group"
+GROUP_HEADER = HEADER_GROUP
 
 Payload = dict[str, Any]
 
@@ -38,6 +44,7 @@ class Outgoing:
     headers: dict[str, str]
     deliver_at: datetime | None
     ttl_s: float | None
+    dedup_id: str | None = None
     group: str | None = None
 
 
@@ -56,6 +63,8 @@ def encode(message: Payload, now: datetime) -> Outgoing:
         headers=names,
         deliver_at=due_time(headers.get("eta"), now),
         ttl_s=ttl_seconds(properties.get("expiration")),
+        dedup_id=dedup_id if isinstance(dedup_id := headers.get(DEDUP_HEADER), str) and not headers.get("retries")
+        else None,
         group=str(group) if group else None,
     )
 

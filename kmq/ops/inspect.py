@@ -29,7 +29,8 @@ from kmq.wire.markers import EndReason, Marker, MarkerType
 
 #: Order of events that share a millisecond: the way one act leads to the next.
 _CAUSAL_RANK = {"enqueued": 0, "copy": 1, "delivered": 2, "read_early": 2, "kept_alive": 3, "released": 4,
-                "returned": 4, "acked": 5, "dead_lettered": 5, "expired": 5, "purged": 5, "ended": 5}
+                "returned": 4, "acked": 5, "dead_lettered": 5, "expired": 5, "purged": 5, "ended": 5,
+                "deduplicated": 5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,7 @@ _SAYS = {
     vocabulary.WAITING: "waiting on the messages topic",
     vocabulary.PURGED: "purged: enqueued before the queue's purge time",
     vocabulary.EXPIRED: "expired before a handler got it",
+    vocabulary.DEDUPLICATED: "a duplicate send (its dedup id came within the window): never handed out",
     vocabulary.DEAD_LETTERED: "dead-lettered",
     vocabulary.CONSUMED: "read by an at-most-once consumer (what its handler did, only the handler knows)",
     vocabulary.ENDED_BY_GO: "ended by a kafka-mq-go component (a Go consumer's ack, or a Go tracker's copy not read "
@@ -188,6 +190,11 @@ class _Story:
             what = "expired"
         elif marker.reason == wire.PURGED_REASON:
             what = "purged"
+        elif wire.is_deduplicated(marker.reason):
+            what = "deduplicated"
+            repeats = wire.duplicate_of(marker.reason)
+            if repeats is not None:
+                detail["duplicate_of"] = str(repeats)
         else:
             what = "dead_lettered"
         self._ended[marker.message_id] = Event(at_ms, what, mid, detail)
@@ -261,6 +268,10 @@ class _Story:
                 return vocabulary.EXPIRED, "expired before a handler got it", ""
             if event.what == "purged":
                 return vocabulary.PURGED, f"purged after {_plural(deliveries, 'delivery', 'deliveries')}", ""
+            if event.what == "deduplicated":
+                repeats = event.detail.get("duplicate_of")
+                said = f"duplicate of {repeats}" if repeats else _SAYS[vocabulary.DEDUPLICATED]
+                return vocabulary.DEDUPLICATED, said, ""
         if self._open:
             mid, start = max(self._open.items(), key=lambda item: item[1].delivery_count or 1)
             if any(e.what == "read_early" and e.message_id == str(mid) for e in events):

@@ -332,6 +332,7 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
     _add_fact(m, "purge_ends", ev[E.PURGE] + ev[E.TRACKER_PURGE], d.final_end_ms)
     _add_fact(m, "expire_ends", ev[E.EXPIRE], d.final_end_ms)
     _add_fact(m, "dead_ends", ev[E.REJECT] + ev[E.DEAD_LETTER], d.final_end_ms)
+    f["dedup_ends"] += ev[E.DEDUPLICATE]
     f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
     c["refused_ends"] += ev[E.REJECT]
     c[v.DELIVERED] += d.delivered
@@ -363,6 +364,9 @@ def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delive
         m.counters[v.PRODUCED] += 1
     started = deliveries.get(r.message_id)
     if started is not None and started.starts:
+        return
+    if started is not None and started.events[E.DEDUPLICATE]:  # a duplicate send: Ended instead of Started
+        m.facts["dedup_ends"] += started.events[E.DEDUPLICATE]
         return
     if r.message_id.offset < context.committed.get(r.queue, {}).get(r.message_id.partition, 0):
         if r.queue in context.at_most_once:

@@ -150,6 +150,8 @@ class QueueStats:
     redelivered: int
     recovered: int
     go_redelivered: int
+    #: Duplicate sends never handed out (docs/concepts/dedup.md).
+    deduplicated: int = 0
 
 
 def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None,
@@ -180,4 +182,4 @@ def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> Que
                       age(summary.oldest_in_flight_ms), s[v.DELAYED], s[v.OVERDUE], s[v.ACKED], s[v.DEAD_LETTERED],
                       c[v.REJECTED], s[v.EXPIRED], s[v.PURGED], s[v.CONSUMED], s[v.ENDED_BY_GO], s[v.VANISHED],
                       c[v.PRODUCED], c[v.DELIVERED], c[v.RELEASED], c[v.RETURNED], c[v.REDELIVERED], c[v.RECOVERED],
-                      c[v.GO_REDELIVERED])
+                      c[v.GO_REDELIVERED], deduplicated=s[v.DEDUPLICATED])

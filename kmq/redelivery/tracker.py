@@ -33,6 +33,7 @@ from kmq.redelivery.partition_state import PartitionState
 from kmq.redelivery.partitions import OwnedPartitions, Partition
 from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
+from kmq.redelivery.scheduler import Scheduler
 from kmq.wire import CLOCK_PROBE_KEY
 from kmq.wire.marker_batch import decode_batch
 
@@ -83,6 +84,9 @@ class RedeliveryTracker:
                                   stalled=lambda: max(self._markers.stalled_s(), self._sender.stalled_s()))
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
         self._control = clients.control(config, None).start()
+        #: Recurring schedules (kmq schedule): this replica fires those it is primary for, and stands by for the rest.
+        self._scheduler = Scheduler(config, self._control, lambda: self._membership.assigned,
+                                    f"{client_id}@{_kafka.instance_id()}", clients)
         #: Reads back the records of Starts by reference when they are redelivered (made on the first).
         self._reader = LazyReader(lambda: RecordReader(
             clients.reader(_kafka.reader_settings(config, wire.private_group("read-back"), f"{client_id}-reader")),
@@ -113,6 +117,7 @@ class RedeliveryTracker:
         """Tracks and redelivers until ``stop()``, then hands everything back cleanly."""
         log.info("tracker_started", marker_topic=self.config.marker_topic, group=self.config.tracker_group,
                  kafka=self.config.redacted_kafka())
+        self._scheduler.start()
         try:
             while not self._stop.is_set():
                 self._poll_iteration()
@@ -346,6 +351,7 @@ class RedeliveryTracker:
         self._sender.close(max(0.0, deadline - self._monotonic()))
         self._markers.close(max(0.0, deadline - self._monotonic()))
         self._commit(list(self._owned))
+        self._scheduler.close(max(0.5, deadline - self._monotonic()))
         self._control.close()
         closer = threading.Thread(target=self._close_consumer, name="kmq-tracker-close", daemon=True)
         closer.start()

@@ -16,7 +16,7 @@ from kmq.wire.vocabulary import marker_event
 
 ids = st.builds(MessageId, st.integers(0, 2**20), st.integers(0, 2**40 - 1))
 text = st.sampled_from(["", "released", "returned", "delayed", "expired", "purged", "bad", "failed 2 time(s), x",
-                        "max deliveries (3) reached"])
+                        "max deliveries (3) reached", "deduplicated: duplicate of 2:17"])
 markers = st.builds(
     Marker, type=st.sampled_from(MarkerType), message_id=ids, redeliver_after_ms=st.integers(0, 2**40),
     key=st.binary(max_size=8), value=st.binary(max_size=8), delivery_count=st.integers(0, 9),
@@ -29,13 +29,14 @@ def _expected(value: bytes, ts: int, offset: int) -> list[tuple[object, ...]]:
     try:
         decoded = decode_record(value)
     except MarkerDecodeError:
-        return [(None, MALFORMED, 0, None, ts, 0, offset << SEQ_SHIFT, 0)]
+        return [(None, MALFORMED, 0, None, ts, 0, offset << SEQ_SHIFT, 0, None)]
     rows = []
     for i, m in enumerate(decoded):
         start = m.type is MarkerType.START
         rows.append((m.queue, int(marker_event(m)), mid_long(*m.message_id),
                      mid_long(*m.first_id) if start else None, ts, ts + m.redeliver_after_ms,
-                     (offset << SEQ_SHIFT) + i, (m.delivery_count or 1) if start else 1))
+                     (offset << SEQ_SHIFT) + i, (m.delivery_count or 1) if start else 1,
+                     m.instance_id if m.owner_tracked else None))
     return rows
 
 
@@ -49,7 +50,7 @@ def test_a_kafka_mq_go_format_marker_reads_as_the_codec_and_the_vocabulary_read_
     value = encode(marker)
     expected = _expected(value, 1000, 7)
     if marker.type is not MarkerType.START:  # queue and count of a non-Start marker are not used
-        expected = [(r[0], r[1], r[2], None, r[4], r[5], r[6], 1) for r in expected]
+        expected = [(r[0], r[1], r[2], None, r[4], r[5], r[6], 1, r[8]) for r in expected]
     assert _rows(value) == expected
 
 

@@ -32,6 +32,11 @@ BASE = {"bootstrap_servers": "127.0.0.1:9092"}
     ("metrics_port", 70000),
     ("redelivery_timeout_ms", True),
     ("redelivery_timeout_ms", "100"),
+    ("dedup_window_ms", -1),
+    ("dedup_clock_skew_ms", -1),
+    ("content_dedup_queues", [""]),
+    ("schedule_standby_delay_ms", -1),
+    ("schedule_misfire_grace_ms", -1),
 ])
 def test_each_invalid_value_is_a_config_error_naming_its_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field) as caught:
@@ -141,3 +146,9 @@ def test_librdkafka_passthrough_and_other_kmq_variables_are_not_typos() -> None:
 def test_a_kafka_section_that_is_not_a_mapping_is_a_config_error(value: object) -> None:
     with pytest.raises(ConfigError, match="kafka: must be a mapping of librdkafka settings"):
         Config.from_mapping({"bootstrap_servers": "x:1", "kafka": value})
+
+
+def test_content_dedup_queues_are_a_list_or_names_separated_by_commas() -> None:
+    assert Config(**BASE, content_dedup_queues="hooks, imports").content_dedup_queues == ("hooks", "imports")
+    assert Config.load({**BASE}, env={"KMQ_CONTENT_DEDUP_QUEUES": "hooks"}).content_dedup_queues == ("hooks",)
+    assert Config(**BASE).dedup_window_ms == 300_000, "SQS's five minutes"

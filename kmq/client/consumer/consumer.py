@@ -110,6 +110,11 @@ class Consumer:
         return self._p.intake.records_read
 
     @property
+    def deduplicated(self) -> int:
+        """Duplicate sends this consumer kept from handlers (Ended as deduplicated) since it started."""
+        return self._p.pipeline.deduplicated
+
+    @property
     def in_flight(self) -> int:
         """Messages read and not yet settled (Started, buffered or handed out)."""
         return len(self._p.in_flight)

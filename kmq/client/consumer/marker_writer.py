@@ -100,6 +100,11 @@ class MarkerWriter:
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self.settles.plain.end(message_id, end_reason, reason)
 
+    def deduplicated(self, duplicates: Sequence[tuple[MessageId, MessageId]]) -> Delivery[MessageId]:
+        """Writes at once the End (deduplicated) of each (duplicate, the message it repeats), instead of a Start (see
+        SettleWriter.deduplicated)."""
+        return self.settles.deduplicated(duplicates)
+
     def hello(self) -> None:
         """Announces this (re)started consumer (see SettleWriter.hello)."""
         self.settles.hello()

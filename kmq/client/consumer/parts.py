@@ -22,6 +22,7 @@ from kmq._kafka.offsets import CommitOutcome, committed_with_metadata
 from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.client_errors import ClientErrors
 from kmq.client.consumer.committer import QueueCommitter
+from kmq.client.consumer.deduplicator import Deduplicator, reader_read_back
 from kmq.client.consumer.groups.dispatch import GroupDispatch, GroupRules
 from kmq.client.consumer.groups.follower import MarkersFollower
 from kmq.client.consumer.groups.owned_starts import OwnedStarts
@@ -107,6 +108,11 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
         return to_message(record, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
 
     stop = threading.Event()
+    #: Duplicate sends out before their Starts (docs/concepts/dedup.md); None with ``dedup_window_ms`` 0.
+    dedup = Deduplicator(
+        key, config.dedup_window_ms, config.dedup_clock_skew_ms, reader_read_back(clients, config, queue, stop),
+        writer if settler is in_flight else None, park=config.eager_rebalance,
+        queue=queue) if config.dedup_window_ms else None
     groups = None
     if config.marker_format == MARKER_FORMAT_KMQ and settler is in_flight:
         groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, committer, gate,
@@ -115,9 +121,11 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
     pipeline = StartPipeline(
         key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
-        stopping=stop, write_starts=settler is in_flight, divert=None if groups is None else groups.divert)
+        stopping=stop, write_starts=settler is in_flight, dedup=dedup,
+        divert=None if groups is None else groups.divert)
     rebalances = Rebalances(topic=config.message_topic, intake=intake, pipeline=pipeline, book=book,
-                            committer=committer, groups=groups, keep_alives=in_flight.keep_alives, closed=closed)
+                            committer=committer, groups=groups, dedup=dedup, keep_alives=in_flight.keep_alives,
+                            closed=closed)
     membership = GroupMembership(
         config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
         join_bound_s=config.connect_timeout_ms / 1000, on_assigned=rebalances.on_assigned,

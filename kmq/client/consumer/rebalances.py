@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kmq.client.consumer.committer import QueueCommitter
+from kmq.client.consumer.deduplicator import Deduplicator
 from kmq.client.consumer.groups.dispatch import GroupDispatch
 from kmq.client.consumer.intake import Intake
 from kmq.client.consumer.keep_alive import KeepAliveLoop
@@ -18,18 +19,19 @@ class Rebalances:
     """What a consumer does when its partitions change (GroupMembership calls these inside poll, on the loop
     thread)."""
 
-    __slots__ = ("_book", "_closed", "_committer", "_groups", "_intake", "_keep_alives", "_pipeline",
+    __slots__ = ("_book", "_closed", "_committer", "_dedup", "_groups", "_intake", "_keep_alives", "_pipeline",
                  "_start_timeout_s", "_topic")
 
     def __init__(self, *, topic: str, intake: Intake, pipeline: StartPipeline, book: OffsetBook,
-                 committer: QueueCommitter, groups: GroupDispatch | None, keep_alives: KeepAliveLoop,
-                 closed: Callable[[], bool]) -> None:
+                 committer: QueueCommitter, groups: GroupDispatch | None, dedup: Deduplicator | None,
+                 keep_alives: KeepAliveLoop, closed: Callable[[], bool]) -> None:
         self._topic = topic
         self._intake = intake
         self._pipeline = pipeline
         self._book = book
         self._committer = committer
         self._groups = groups
+        self._dedup = dedup
         self._keep_alives = keep_alives
         self._start_timeout_s = pipeline.start_timeout_s
         self._closed = closed
@@ -58,6 +60,8 @@ class Rebalances:
         self._intake.forget(gone)
         if self._groups is not None:
             self._groups.dropped(partitions)
+        if self._dedup is not None:
+            self._dedup.dropped(partitions)  # another consumer may decide their duplicates now
         if lost:  # another member may own them already: their grouped messages are no longer kept alive here
             self._keep_alives.lost.update(partitions)
 

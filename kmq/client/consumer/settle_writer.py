@@ -10,6 +10,7 @@ record is durable, or has failed, ``on_ended`` learns which messages it ended.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -21,8 +22,9 @@ import structlog
 from kmq._util import take_all
 from kmq.client.consumer.marker_channel import MarkerChannel
 from kmq.config import Config
-from kmq.errors import KmqError
-from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.delivery import Delivery
+from kmq.errors import DeliveryError, KmqError
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId, deduplicated_reason
 from kmq.wire.marker_batch import encode_hello, encode_settles
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
 
@@ -113,6 +115,30 @@ class SettleWriter:
         channel = self._channel
         if channel.batched and channel.client_id:
             self._produce(encode_hello(channel.key, channel.client_id, channel.instance_id), 0)
+
+    def deduplicated(self, duplicates: Sequence[tuple[MessageId, MessageId]]) -> Delivery[MessageId]:
+        """Writes at once the End (deduplicated) of each (duplicate, the message it repeats), instead of a Start; the
+        Delivery is done when all are durable, failed if any failed (nothing past them may be committed before)."""
+        channel = self._channel
+        markers = [Marker(MarkerType.END, duplicate, end_reason=EndReason.REJECTED, reason=deduplicated_reason(of),
+                          instance_id=channel.instance_id) for duplicate, of in duplicates]
+        if channel.batched:
+            value = encode_settles(channel.key, channel.after_ms, others=markers, client_id=channel.client_id,
+                                   instance_id=channel.instance_id)
+            return channel.producer.produce_future(channel.topic, value, channel.key)
+        delivery: Delivery[MessageId] = Delivery()
+        reported = itertools.count(1)
+        errors: list[BaseException] = []
+
+        def done(err: Any, _record: Any) -> None:
+            if err is not None:
+                errors.append(DeliveryError(f"delivery to {channel.topic} failed: {err.str()}",
+                                            retriable=err.retriable(), code=err.code()))
+            if next(reported) == len(markers):
+                delivery._set(None, errors[0] if errors else None)
+
+        channel.producer.produce_many(channel.topic, [encode(m) for m in markers], channel.key, done)
+        return delivery
 
     def wake(self) -> None:
         """Writes what waits now rather than after the linger (an owner waiting for an End to move a group on)."""

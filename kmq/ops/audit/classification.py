@@ -27,7 +27,7 @@ from kmq.wire.vocabulary import MarkerEvent as E
 
 #: Per-delivery and per-message count columns (summed into each message).
 DELIVERY_FACTS = ("acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends", "dead_ends",
-                  "go_ends", "refused_ends")
+                  "dedup_ends", "go_ends", "refused_ends")
 DELIVERY_COUNTERS = (v.DELIVERED, v.RELEASED, v.RETURNED, v.REDELIVERED, v.GO_REDELIVERED, v.RECOVERED)
 RECORD_FACTS = ("waiting_records", "purged_records", "consumed_records", v.PRODUCED)
 LETTER_FACTS = ("expired_letters", "dead_letters", "refused_letters")
@@ -68,9 +68,10 @@ def without_late_settles(markers: DataFrame) -> DataFrame:
 
 
 def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
-    """One row per Started record: its counts of each marker event, first Start, deadline, and what it adds to its
-    message's facts and counters. An owner-tracked record (a grouped message, redelivered in place) counts a
-    delivery per handler run: its newest Start's delivery count, less one if no handler had that delivery."""
+    """One row per Started record, or Ended duplicate (never Started): its counts of each marker event, first
+    Start, deadline, and what it adds to its message's facts and counters. An owner-tracked record (a grouped
+    message, redelivered in place) counts a delivery per handler run: its newest Start's delivery count, less one if
+    no handler had that delivery."""
     markers = without_late_settles(markers)
     ends = [int(e) for e in v.END_EVENTS]
     start = F.col("event") == int(E.START)
@@ -90,9 +91,11 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         F.max(F.when(start & F.col("owner").isNotNull(), F.col("seq"))).alias("last_owned_start"),
         F.max(F.when(unhandled_event, F.col("seq"))).alias("last_unhandled"),
         *[_count(e).alias(f"n_{e.name.lower()}") for e in E if e is not E.START],
-    ).filter("starts > 0")
+    ).filter("starts > 0 OR n_deduplicate > 0")
     names = markers.filter(start).select(F.xxhash64("queue").alias("queue_id"), "queue").distinct()
-    agg = agg.join(F.broadcast(names), "queue_id").drop("queue_id")
+    # A duplicate has no Start, so no queue here: its record names it (a duplicate whose record is not read is left
+    # out, as kmq.ops.lifecycle leaves it).
+    agg = agg.join(F.broadcast(names), "queue_id", "left").drop("queue_id")
     n: dict[E, Column] = {e: F.col(f"n_{e.name.lower()}") for e in E if e is not E.START}
     ended = sum((n[E(e)] for e in ends), F.lit(0)) > 0
     unhandled = sum((n[e] for e in v.UNHANDLED_EVENTS), F.lit(0)) > 0
@@ -112,6 +115,7 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         (n[E.PURGE] + n[E.TRACKER_PURGE]).alias("purge_ends"),
         n[E.EXPIRE].alias("expire_ends"),
         (n[E.REJECT] + n[E.DEAD_LETTER]).alias("dead_ends"),
+        n[E.DEDUPLICATE].alias("dedup_ends"),
         n[E.REJECT].alias("refused_ends"),
         F.when(F.col("last_owned_start").isNull(), flag(~unhandled))
         .otherwise(F.col("delivery_count").cast("long")
@@ -197,6 +201,7 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
     # its Start copied), or, its record not read, to its Start's first id.
     rows = recs.join(dels, "mid", "full_outer")
     read = F.col("ts").isNotNull()
+    rows = rows.filter(read | F.col("start_ms").isNotNull())  # a duplicate's End alone, its record not read
     rows = (rows.withColumn("queue", F.when(read, F.col("queue")).otherwise(F.col("start_queue")))
             .withColumn("key_id", F.when(read, F.coalesce("first_id_header", "mid"))
                         .otherwise(F.col("start_first_id")))
@@ -227,7 +232,7 @@ def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
          .join(F.broadcast(purges), F.col("queue") == F.col("p_queue"), "left"))
     read = F.col("ts").isNotNull()
     started = F.col("start_ms").isNotNull()
-    unstarted = read & ~started
+    unstarted = read & ~started & ~F.coalesce(F.col("dedup_ends") > 0, F.lit(False))
     below = F.coalesce(offset < F.col("committed"), F.lit(False))
     enqueued = F.when(F.col("enqueued_at") > 0, F.col("enqueued_at")).otherwise(F.col("ts"))
     purged = F.coalesce(enqueued < F.col("purge_ms"), F.lit(False))
@@ -240,7 +245,7 @@ def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
     copies = F.coalesce(F.col("copies"), F.lit(0)) + go_copy
     return r.select(
         "queue", "first_id", "acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends",
-        "dead_ends", "refused_ends",
+        "dead_ends", "dedup_ends", "refused_ends",
         ((F.col("n_go_end") > 0) & (go_copied == 0)).cast("long").alias("go_ends"),
         v.DELIVERED, v.RELEASED, v.RETURNED, copies.alias(v.REDELIVERED), go_copy.alias(v.GO_REDELIVERED),
         (started & counted & (copies > 0) & ~F.col("released_once")).cast("long").alias(v.RECOVERED),

@@ -124,7 +124,7 @@ class MarkersFollower:
     def _open(self) -> GroupClient:
         if self._reader is None:
             settings: dict[str, Any] = {
-                **reader_settings(self._config, private_group("groups-follower"), "kmq-groups-follower"),
+                **reader_settings(self._config, private_group("groups-follower"), "kmq-markers-follower"),
                 "enable.partition.eof": False,
             }
             reader = self._clients.reader(settings)

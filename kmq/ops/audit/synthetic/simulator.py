@@ -196,6 +196,14 @@ class Simulator:
         life.go = step.go_consumer and not life.header_first and queue.marker_format != "kmq"
         life.instance = self._rng.choice(("host-a:101", "host-b:202", "host-c:303"))
         life.start_ms = self.ts(self._tick)
+        if step.outcome == p.DEDUPLICATE:  # a duplicate send: an End instead of a Start
+            assert life.record is not None
+            repeats = MessageId(life.record.partition, max(0, life.record.offset - 1))  # any earlier record
+            self._buffers.consumer_end(queue, life, Marker(
+                MarkerType.END, life.record, end_reason=EndReason.REJECTED, reason=wire.deduplicated_reason(repeats),
+                instance_id=life.instance))
+            self._done(life)
+            return
         self._buffers.start(queue, life)
         if step.outcome == p.CRASH:
             if step.tracker == p.NONE_ALIVE:

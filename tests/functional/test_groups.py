@@ -187,3 +187,23 @@ def test_a_redriven_dead_letter_goes_back_to_its_group_s_partition(kmq_config: C
         assert again is not None and again.group == "account-7"
         assert again.message_id.partition == sent.partition, "the group's partition: its owner keeps its order"
         again.ack()
+
+
+def test_a_duplicate_grouped_send_is_ended_before_its_group_sees_it_and_the_group_keeps_its_order(
+    kmq_config: ConfigFactory,
+) -> None:
+    config = kmq_config(partitions=3)
+    with Service(config).queue("jobs").producer() as producer:
+        for n, dedup_id in enumerate(["o-1", "o-2", "o-1", "o-3"]):  # the third repeats the first
+            producer.send(b"%d" % n, group="account-7", dedup_id=dedup_id)
+    got = []
+    with Service(config).queue("jobs").consumer() as consumer:
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            message = consumer.receive(0.5)
+            if message is not None:
+                got.append(message.payload)
+                message.ack()
+        assert consumer.receive(1.0) is None, "the duplicate is never handed out"
+        assert consumer.deduplicated == 1
+    assert got == [b"0", b"1", b"3"]

@@ -72,7 +72,12 @@ class GroupRun:
             time.sleep(0.2)
         return False
 
-    def kill_worker(self, proc: subprocess.Popen[str]) -> None:
+    def kill_worker(self, proc: subprocess.Popen[str], mid_run_s: float = 10.0) -> None:
+        """SIGKILLs ``proc``, once one of its handlers is mid-run (waiting up to ``mid_run_s`` for that)."""
+        deadline = time.monotonic() + mid_run_s
+        while time.monotonic() < deadline and not any(
+                r.pid == proc.pid and r.end is None for rs in self.oracle().runs.values() for r in rs):
+            time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
         self.killed[proc.pid] = time.time()
         proc.communicate(timeout=30)

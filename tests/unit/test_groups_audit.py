@@ -128,12 +128,7 @@ def _random_lives(seed: int, messages: int = 120) -> Lives:
     return lives
 
 
-def test_grouped_lives_are_classified_by_spark_as_by_python(spark: SparkSession) -> None:
-    lives = _random_lives(7)
-    _assert_same(spark, lives.sink, lives.outcome(), frozenset())
-
-
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**16))
 def test_any_mix_of_grouped_lives_is_classified_by_spark_as_by_python(spark: SparkSession, seed: int) -> None:
     lives = _random_lives(seed)

@@ -42,7 +42,8 @@ class QueueCommitter:
                         metadata[tp] = point[1]
             if not points:
                 return CommitOutcome.COMMITTED
-            outcome = _kafka.commit(self._client, points, self._what, attempts, metadata)
+            outcome = (_kafka.commit(self._client, points, self._what, attempts, metadata=metadata) if metadata
+                       else _kafka.commit(self._client, points, self._what, attempts))
         if outcome is CommitOutcome.COMMITTED:
             self._book.committed({tp: offsets[tp] for tp in points})
             if self.groups is not None:

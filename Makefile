@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
 .PHONY: test-celery celery-install cluster-up cluster-down test-cluster
-.PHONY: test-audit-cluster bench-audit-scale test-groups
+.PHONY: test-audit-cluster bench-audit-scale test-secure test-groups
 
 venv install: $(STAMP)
 
@@ -74,6 +74,11 @@ cluster-down: $(STAMP)
 # Failover tests on a three-node cluster (their own, or `make cluster-up`'s with KMQ_CLUSTER_BOOTSTRAP_SERVERS).
 test-cluster: kafka-fetch
 	$(PY) -m pytest tests/cluster -p no:cacheprovider -s
+
+# Tenants on a secured broker (SASL_SSL, SCRAM-SHA-512, a throwaway CA, the StandardAuthorizer): each tenant's
+# credentials do its own work, every attempt on another tenant's queues fails in one line, no secret is logged.
+test-secure: kafka-fetch
+	$(PY) -m pytest tests/secure -p no:cacheprovider -o testpaths=tests/secure
 
 demo: kafka-fetch
 	$(PY) -m kmq.demo

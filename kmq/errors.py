@@ -50,6 +50,15 @@ class KafkaClientError(KmqError):
         self.code = code
 
 
+class AuthorizationError(KafkaClientError):
+    """Raised when the broker refuses an operation that the principal's ACLs do not allow; the message names the
+    topic or group (``kmq acl plan`` prints what a tenant needs)."""
+
+
+class AuthenticationError(KafkaClientError):
+    """Raised when the broker refuses the client's credentials (``kafka.sasl.*``, ``kafka.ssl.*``)."""
+
+
 class DeliveryError(KafkaClientError):
     """Raised when a record could not be written durably to Kafka within the time allowed."""
 

@@ -23,8 +23,9 @@ from kmq._kafka.settings import consumer_settings, messages_producer_settings
 from kmq._kafka.topic_replay import drop_reached
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
-from kmq.wire import ms_after, now_ms, private_group
-from kmq.wire.control import PAUSE, PURGE, ControlState, control_topic
+from kmq.topic_sets import TopicSet
+from kmq.wire import ms_after, now_ms
+from kmq.wire.control import PAUSE, PURGE, ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -36,14 +37,15 @@ class ControlFollower:
     """Reads the control topic to its end (``start``), then follows it from a daemon thread. Without a control
     topic (a deployment created before it existed) the state stays empty and nothing is paused or purged."""
 
-    def __init__(self, config: Config, on_change: Callable[[ControlState], None] | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet,
+                 on_change: Callable[[ControlState], None] | None = None) -> None:
         self.state = ControlState()
         self._config = config
-        self._topic = control_topic(config.message_topic)
+        self._topic = topics.control
         self._on_change = on_change
         self._stop = threading.Event()
         self._consumer = KafkaConsumer({
-            **consumer_settings(config.replace(client_id=""), private_group("control"), "kmq-control"),
+            **consumer_settings(config.replace(client_id=""), topics.private_group("control"), "kmq-control"),
             "fetch.wait.max.ms": 100,  # a pause or purge should reach running consumers within a fraction of a second
         })
         self._thread: threading.Thread | None = None
@@ -113,14 +115,14 @@ class ControlFollower:
             self._consumer.close()
 
 
-def write(config: Config, key: str, value: dict[str, object] | None) -> None:
+def write(config: Config, topics: TopicSet, key: str, value: dict[str, object] | None) -> None:
     """Writes one control record durably."""
-    write_record(config, key.encode(), None if value is None else json.dumps(value).encode())
+    write_record(config, topics, key.encode(), None if value is None else json.dumps(value).encode())
 
 
-def write_record(config: Config, key: bytes, value: bytes | None) -> None:
-    """Writes one control record (already encoded; None: a tombstone) durably."""
-    topic = control_topic(config.message_topic)
+def write_record(config: Config, topics: TopicSet, key: bytes, value: bytes | None) -> None:
+    """Writes one control record of ``topics`` (already encoded; None: a tombstone) durably."""
+    topic = topics.control
     producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control", warm_topic=topic)
     try:
         topic_partitions(producer.client, config, topic, "control")
@@ -131,16 +133,22 @@ def write_record(config: Config, key: bytes, value: bytes | None) -> None:
         producer.close(5)
 
 
+# A queue's pause and purge go to the control topic of every set its messages may be in (while it moves, the set
+# it moves from too: both sets' consumers and trackers follow them).
+
 def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    write(config, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
+    for topics in config.reading_sets(queue):
+        write(config, topics, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
 def resume(config: Config, queue: str) -> None:
-    write(config, PAUSE + queue, None)
+    for topics in config.reading_sets(queue):
+        write(config, topics, PAUSE + queue, None)
 
 
 def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
     before = ms_after(0) if before_ms is None else before_ms
-    write(config, PURGE + queue, {"before_ms": before})
+    for topics in config.reading_sets(queue):
+        write(config, topics, PURGE + queue, {"before_ms": before})
     return before

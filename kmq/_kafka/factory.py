@@ -21,6 +21,7 @@ from kmq._kafka.settings import base_settings
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import KmqError
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire.control import ControlState
 
@@ -87,8 +88,9 @@ class ClientFactory(Protocol):
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient: ...
     def reader(self, settings: dict[str, Any]) -> GroupClient: ...
     def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient: ...
-    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
-    def retention(self, config: Config) -> Retention | None: ...
+    def control(self, config: Config, topics: TopicSet,
+                on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
+    def retention(self, config: Config, topics: TopicSet) -> Retention | None: ...
 
 
 class KafkaClients:
@@ -104,13 +106,14 @@ class KafkaClients:
     def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient:
         return PolledProducer(settings, name, warm_topic)
 
-    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient:
-        return ControlFollower(config, on_change=on_change)
+    def control(self, config: Config, topics: TopicSet,
+                on_change: Callable[[ControlState], None] | None) -> ControlClient:
+        return ControlFollower(config, topics, on_change=on_change)
 
-    def retention(self, config: Config) -> Retention | None:
+    def retention(self, config: Config, topics: TopicSet) -> Retention | None:
         """The topics' retention when the consumer may write Starts by reference, else None (it copies)."""
         try:
-            retention = check_retention(AdminClient(base_settings(config, "kmq-retention")), config,
+            retention = check_retention(AdminClient(base_settings(config, "kmq-retention")), config, topics,
                                         config.connect_timeout_ms / 1000)
         except KmqError as err:
             log.warning("start_references_off", error=str(err),

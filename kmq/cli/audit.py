@@ -11,10 +11,14 @@ from kmq.cli.output import format_table
 from kmq.config import Config
 from kmq.errors import KmqError
 
-#: `kmq audit` columns: produced and counters, messages per state (kmq.wire.vocabulary), lost, the duplicates.
-AUDIT_COLUMNS = ["produced", "delivered", "released", "returned", "redelivered", "acked", "dead_lettered", "rejected",
-                 "expired", "deduplicated", "purged", "in_flight", "delayed", "waiting", "consumed", "lost",
-                 "delivered_more_than_once", "acked_more_than_once"]
+#: `kmq audit` prints three narrow tables (one of 20 columns was ~300 characters wide): what became of the messages
+#: (produced, each state: kmq.wire.vocabulary, lost), what happened to them (counters, the duplicates), and how long
+#: they waited and ran. A column of a rare state or counter is shown only when a queue has some.
+STATE_COLUMNS = ["produced", "acked", "dead_lettered", "expired", "deduplicated", "purged", "in_flight", "delayed",
+                 "waiting", "consumed", "lost"]
+EVENT_COLUMNS = ["delivered", "released", "returned", "redelivered", "rejected", "delivered_more_than_once",
+                 "acked_more_than_once"]
+SHOWN_IF_ANY = {"expired", "deduplicated", "purged", "delayed", "consumed", "returned"}
 
 
 def add_parsers(subs: Subparsers) -> dict[str, Command]:
@@ -28,6 +32,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     audit.add_argument("--to", dest="to_time", type=iso_time, help="enqueued before (ISO 8601)")
     audit.add_argument("--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)")
     audit.add_argument("--out", default="audit-out", help="directory for Parquet, summary.json and audit.png")
+    audit.add_argument("--set", dest="topic_set", metavar="SET",
+                       help="the topic set to audit (default: the one the --queue queues live in, else the default "
+                            "set)")
     return {"audit": Command(cmd_audit)}
 
 
@@ -39,19 +46,25 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     # Under spark-submit the session exists already, with the master it was given.
     master = args.master or ("" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]")
     options = AuditOptions(queues=tuple(args.queue), from_ms=time_ms(args.from_time), to_ms=time_ms(args.to_time),
-                           master=master, out_dir=Path(args.out))
+                           master=master, out_dir=Path(args.out), topic_set=args.topic_set)
     result = run(config, options)
-    rows = []
-    for name, data in sorted(result["queues"].items()):
-        if "produced" not in data:
-            continue  # only messages from before the window
-        rows.append([name, *(f"{data.get(c, 0):,}" for c in AUDIT_COLUMNS),
-                     _p50_p99(data.get("wait_ms_p50_p95_p99")), _p50_p99(data.get("processing_ms_p50_p95_p99"))])
-    print(format_table(["queue", *AUDIT_COLUMNS, "wait ms p50/p99", "processing ms p50/p99"], rows))
+    # Only messages from before the window: not in the tables.
+    queues = {name: data for name, data in sorted(result["queues"].items()) if "produced" in data}
+    for title, columns in (("messages, by what became of them", STATE_COLUMNS),
+                           ("events", EVENT_COLUMNS)):
+        shown = [c for c in columns if c not in SHOWN_IF_ANY or any(d.get(c, 0) for d in queues.values())]
+        print(f"{title}:")
+        print(format_table(["queue", *shown], [[name, *(f"{d.get(c, 0):,}" for c in shown)]
+                                               for name, d in queues.items()]))
+        print()
+    print("time (ms):")
+    print(format_table(["queue", "wait p50/p95/p99", "processing p50/p95/p99"],
+                       [[name, _percentiles(d.get("wait_ms_p50_p95_p99")),
+                         _percentiles(d.get("processing_ms_p50_p95_p99"))] for name, d in queues.items()]))
     for name, data in sorted(result.get("groups", {}).items()):
         p50 = data.get("group_p50_latency_ms_p50_p95_p99")
         print(f"{name}: {data['groups']:,} message group(s), {data['messages']:,} grouped messages, order violations: "
-              f"{data['order_violations']:,}; the groups' median latency, ms p50/p99: {_p50_p99(p50)}")
+              f"{data['order_violations']:,}; the groups' median latency, ms p50/p95/p99: {_percentiles(p50)}")
     before = sum(d.get("before_window", 0) for d in result["queues"].values())
     if result["window"] is not None:
         print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")
@@ -62,7 +75,7 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _p50_p99(values: list[float] | None) -> str:
+def _percentiles(values: list[float] | None) -> str:
     if not values or values[0] is None:
         return "-"
-    return f"{values[0]:,.0f}/{values[2]:,.0f}"
+    return "/".join(f"{v:,.0f}" for v in values)

@@ -18,6 +18,8 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     inspect.add_argument("queue")
     inspect.add_argument("message_id", type=message_id, metavar="PARTITION:OFFSET")
     inspect.add_argument("--json", action="store_true")
+    inspect.add_argument("--set", dest="topic_set", metavar="SET",
+                         help="the topic set to look in (default: the one the queue lives in)")
     return {"inspect": Command(cmd_inspect)}
 
 
@@ -25,7 +27,7 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
     from kmq.ops.inspect import inspect_message
     from kmq.wire import validate_queue_name
 
-    life = inspect_message(config, validate_queue_name(args.queue), args.message_id)
+    life = inspect_message(config, validate_queue_name(args.queue), args.message_id, topic_set=args.topic_set)
     if args.json:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK

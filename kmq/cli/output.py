@@ -16,7 +16,7 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def printable(text: str, width: int) -> str:

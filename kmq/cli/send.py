@@ -95,7 +95,8 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
     from kmq.wire import validate_queue_name
 
     validate_queue_name(args.queue)
-    check_topics(config, timeout_s=config.connect_timeout_ms / 1000)  # fail fast, naming the broker or topic
+    # Fail fast, naming the broker or topic.
+    check_topics(config, config.topics_for(args.queue), timeout_s=config.connect_timeout_ms / 1000)
     headers = dict(args.header)
     sent, started, last_report, skipped = 0, time.monotonic(), 0.0, [0]
     deliveries = []

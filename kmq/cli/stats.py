@@ -24,6 +24,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
                                       "full.",
                        "kmq stats\n  kmq stats --json --queue emails\n  kmq stats --groups --top 10")
     stats.add_argument("--queue", action="append", help="only these queues")
+    stats.add_argument("--set", dest="topic_set", action="append", metavar="SET",
+                       help="only these topic sets (default: every set; with --queue, the sets its messages may be "
+                            "in)")
     stats.add_argument("--json", action="store_true")
     stats.add_argument("--groups", action="store_true",
                        help="per message group instead: waiting, in flight, oldest age; largest backlog first")
@@ -34,15 +37,18 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     if args.groups:
         return _groups(config, args)
-    from kmq.ops.stats import collect
+    from kmq.ops.stats import collect, sets_to_read
 
-    rows = collect(config, args.queue, progress)
+    rows = collect(config, args.queue, progress, topic_sets=args.topic_set)
     clear_progress()
-    warn_if_no_tracker(config)
+    for topics in sets_to_read(config, args.queue, args.topic_set):
+        warn_if_no_tracker(config, topics)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK
     columns = [c for c in STATS_COLUMNS if c not in STATS_IF_ANY or any(getattr(r, c) for r in rows)]
+    if len(config.all_topic_sets) > 1:  # which set each row's messages are in (a moving queue has a row in each)
+        columns.insert(1, "topic_set")
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
     return EXIT_OK
@@ -54,7 +60,7 @@ GROUP_COLUMNS = ["queue", "group", "waiting", "in_flight", "oldest_age_s", "acke
 def _groups(config: Config, args: argparse.Namespace) -> int:
     from kmq.ops.group_stats import collect_groups
 
-    rows = collect_groups(config, args.queue, args.top)
+    rows = collect_groups(config, args.queue, args.top, topic_sets=args.topic_set)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return EXIT_OK

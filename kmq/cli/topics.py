@@ -18,6 +18,8 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     topics.add_argument("--marker-partitions", type=COUNT, default=3, help="markers/DLQ partitions (default 3)")
     topics.add_argument("--replication-factor", type=COUNT, default=None,
                         help="default: from the cluster, 3 with three or more brokers (min.insync.replicas: one less)")
+    topics.add_argument("--set", dest="topic_set", action="append", metavar="SET",
+                        help="only this topic set's topics (repeatable; default: every set in the config)")
     topics.add_argument("--strict", action="store_true",
                         help="check: exit 1 when a topic is less durable than kmq needs (replication, min ISR, "
                              "unclean election, markers retention)")
@@ -28,17 +30,21 @@ def cmd_topics(config: Config, args: argparse.Namespace) -> int:
     from kmq._kafka.topics import check_topics, create_topics, durability_warnings
 
     timeout_s = config.connect_timeout_ms / 1000
-    if args.action == "create":
-        for status in create_topics(config, partitions=args.partitions, marker_partitions=args.marker_partitions,
-                                    replication_factor=args.replication_factor, timeout_s=timeout_s):
-            note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
-            print(f"{status.name}: {'created' if status.created else 'exists'} "
-                  f"({plural(status.partitions, 'partition')}{note}), "
-                  f"replication factor {status.replication}, min.insync.replicas {status.min_insync}")
-    else:
-        for name, partitions in check_topics(config, timeout_s=timeout_s, strict_retention=True).items():
-            print(f"{name}: ok ({plural(partitions, 'partition')})")
-    weak = durability_warnings(config, timeout_s=timeout_s)
+    sets = [config.topic_set(n) for n in args.topic_set] if args.topic_set else list(config.all_topic_sets)
+    weak = []
+    for topics in sets:
+        if args.action == "create":
+            for status in create_topics(config, topics, partitions=args.partitions,
+                                        marker_partitions=args.marker_partitions,
+                                        replication_factor=args.replication_factor, timeout_s=timeout_s):
+                note = "" if status.partitions == status.requested else f"; {status.requested} requested, not changed"
+                print(f"{status.name}: {'created' if status.created else 'exists'} "
+                      f"({plural(status.partitions, 'partition')}{note}), "
+                      f"replication factor {status.replication}, min.insync.replicas {status.min_insync}")
+        else:
+            for name, partitions in check_topics(config, topics, timeout_s=timeout_s, strict_retention=True).items():
+                print(f"{name}: ok ({plural(partitions, 'partition')})")
+        weak += durability_warnings(config, topics, timeout_s=timeout_s)
     for line in weak:
         print(f"warning: {line}")
     return EXIT_ERROR if weak and args.action == "check" and args.strict else EXIT_OK

@@ -46,7 +46,6 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     # Like celery and dramatiq: handler modules resolve from the directory the command runs in.
     sys.path.insert(0, os.getcwd())
     handler = load_handler(args.handler)
-    warn_if_no_tracker(config)
     if args.metrics_port is not None:
         config = config.replace(metrics_port=args.metrics_port)
     worker = Worker(config, [validate_queue_name(q) for q in args.queue], handler, args.concurrency,
@@ -54,6 +53,9 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
                     backoff=Backoff(base_s=args.backoff_base, max_s=args.backoff_max),
                     drain_timeout_s=args.drain_timeout, close_timeout_s=args.close_timeout,
                     time_limit_s=args.time_limit)
+    worker.bind_metrics()  # a port in use: its one line before anything talks to the broker
+    for topics in dict.fromkeys(config.topics_for(q) for q in args.queue):
+        warn_if_no_tracker(config, topics)
     try:
         worker.run()
     finally:

@@ -110,9 +110,11 @@ class Producer:
         self._config = config
         self._queue = queue
         self._key = queue.encode()
+        #: Where this queue's messages go (routes: Config.topics_for).
+        self._topics = config.topics_for(queue)
         self._client = _kafka.PolledProducer(
             _kafka.messages_producer_settings(config, f"kmq-producer-{queue}"), f"producer-{queue}",
-            warm_topic=config.message_topic)
+            warm_topic=self._topics.messages, spread=True)
         self._closed = False
         self._default_ttl_ms = config.queue_ttl_ms.get(queue, 0)
         self._content_dedup = queue in config.content_dedup_queues
@@ -139,8 +141,9 @@ class Producer:
         data, out, span, partition = self._prepare(payload, headers, time_limit=time_limit, delay=delay,
                                                    deliver_at=deliver_at, ttl=ttl, dedup_id=dedup_id, group=group)
         if span is None:  # not tracing: the path of every send, kept as short as before
-            future = self._client.produce_future(self._config.message_topic, data, self._key, out,
-                                                 partition=partition)
+            future = self._client.produce_future(
+                self._topics.messages, data, self._key, out,
+                partition=self._client.next_partition() if partition is None else partition)
         else:
             future = self._produce(OutgoingRecord(data, out, span, partition))
         if on_delivery is not None:
@@ -183,7 +186,7 @@ class Producer:
             out += option_headers(time_limit=time_limit, deliver_at_ms=due_time_ms(delay, deliver_at),
                                   expires_at_ms=wire.ms_after(ttl_s) if ttl_s else None)
         tracing = otel.tracer()
-        span = None if tracing is None else otel.start_send(tracing, self._config.message_topic, self._queue, out)
+        span = None if tracing is None else otel.start_send(tracing, self._topics.messages, self._queue, out)
         return OutgoingRecord(data, out, span, partition)
 
     def _partition_of(self, dedup_id: str) -> int:
@@ -207,7 +210,7 @@ class Producer:
         """The messages topic's partition count, asked once (adding partitions moves keys: docs/concepts/dedup.md)."""
         if not self._partition_count:
             self._partition_count = len(_kafka.topic_partitions(self._client.client, self._config,
-                                                                self._config.message_topic, "message"))
+                                                                self._topics.messages, "message"))
         return self._partition_count
 
     def _needs_partitions(self, dedup_id: str | None, group: str | None = None) -> bool:
@@ -218,8 +221,9 @@ class Producer:
         """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
         of waiting for room."""
         try:
-            future = self._client.produce_future(self._config.message_topic, record.data, self._key, record.headers,
-                                                 block=block, partition=record.partition)
+            future = self._client.produce_future(
+                self._topics.messages, record.data, self._key, record.headers, block=block,
+                partition=self._client.next_partition() if record.partition is None else record.partition)
         except Exception as err:
             if record.span is not None and not isinstance(err, BufferError):  # a full queue: produced again later
                 otel.end_send(record.span, None, err)

@@ -112,6 +112,9 @@ def decode(payload: bytes, delivery_tag: str, *, redelivered: bool, delivery_cou
     info["redelivered"] = redelivered
     info["kmq_delivery_count"] = delivery_count
     info["kmq_message_id"] = message_id
+    # Celery hands a task only some keys of delivery_info, but all its properties: ``self.request.properties``.
+    properties["kmq_delivery_count"] = delivery_count
+    properties["kmq_message_id"] = message_id
     if redelivered:
         message["redelivered"] = True
     return message

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kmq import wire
 from kmq.config import Config
 from kmq.ops.lifecycle import Context, MessageLife, classify
-from kmq.ops.stats import Scanner, committed_offsets
+from kmq.ops.stats import Scanner, committed_offsets, sets_to_read
 from kmq.wire import vocabulary as v
 
 #: States of a group's message that is being worked on (handed out, or back after a release with a delay).
@@ -62,13 +62,15 @@ def group_rows(lives: Iterable[MessageLife], now_ms: int, top: int | None = None
 
 
 def collect_groups(config: Config, queues: list[str] | None = None, top: int | None = None,
-                   now_ms: int | None = None) -> list[GroupStats]:
-    """The groups of every queue (or of these), read from the topics as ``kmq stats`` reads them."""
-    with Scanner(config) as scanner:
-        now_ms = wire.now_ms() if now_ms is None else now_ms
-        scanner.read(now_ms)
-        context = Context(now_ms, committed_offsets(config), scanner.control.purged_before,
-                          frozenset(config.at_most_once_queues))
-        lives = classify(scanner.fold.deliveries, scanner.records, scanner.dead_letters, context).values()
+                   now_ms: int | None = None, *, topic_sets: list[str] | None = None) -> list[GroupStats]:
+    """The groups of every queue (or of these), read from the topics of each set as ``kmq stats`` reads them."""
+    now_ms = wire.now_ms() if now_ms is None else now_ms
+    lives: list[MessageLife] = []
+    for topics in sets_to_read(config, queues, topic_sets):
+        with Scanner(config, topics) as scanner:
+            scanner.read(now_ms)
+            context = Context(now_ms, committed_offsets(config, topics), scanner.control.purged_before,
+                              frozenset(config.at_most_once_queues))
+            lives += classify(scanner.fold.deliveries, scanner.records, scanner.dead_letters, context).values()
     rows = group_rows(lives, now_ms, top)
     return [r for r in rows if not queues or r.queue in queues]

@@ -24,6 +24,7 @@ from kmq.errors import KmqError
 from kmq.ops import stats
 from kmq.ops.lifecycle import Context, DeliveryFold, classify
 from kmq.ops.stats import committed_offsets, purge_times
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId, vocabulary
 from kmq.wire.markers import EndReason, Marker, MarkerType
 
@@ -64,17 +65,21 @@ class Life:
         return asdict(self)
 
 
-def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
-    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of)."""
+def inspect_message(config: Config, queue: str, message_id: MessageId, *, topic_set: str | None = None) -> Life:
+    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of), in the
+    topic set the queue lives in, or in ``topic_set`` (a queue moving between sets has messages in both)."""
     # Read in kmq stats' order where its state depends on it: committed offsets and purge times first, and every
     # copy a tracker made before an End that was read (the messages replay goes on after the markers).
-    committed, purges = committed_offsets(config, [queue]), purge_times(config)
+    topics = config.topics_for(queue) if topic_set is None else config.topic_set(topic_set)
+    committed, purges = committed_offsets(config, topics, [queue]), purge_times(config, topics)
     key = queue.encode()
-    with TopicReplay(config, config.message_topic) as messages:
+    with TopicReplay(config, topics, topics.messages) as messages:
         records, owner = _queue_records(messages.records(), key, message_id)
         if owner is None:
-            raise KmqError(f"no record at {config.message_topic}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
-                           "of a record on the messages topic")
+            others = [s.name for s in config.reading_sets(queue) if s != topics]
+            hint = f" (the queue moves from set {others[0]}: kmq inspect --set {others[0]})" if others else ""
+            raise KmqError(f"no record at {topics.messages}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
+                           f"of a record on the messages topic{hint}")
         if owner != queue:
             raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
                            f"kmq inspect {owner} {message_id}")
@@ -90,14 +95,14 @@ def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
         # The whole queue's deliveries, as kmq stats folds them: a kafka-mq-go tracker's copy is linked to its
         # original only among all of them.
         fold = DeliveryFold()
-        for record in _records(config, config.marker_topic, key):
+        for record in _records(config, topics, topics.markers, key):
             at_ms = _kafka.record_timestamp_ms(record)
             for marker in fold.add_record(record.value(), at_ms, record.offset() or 0):
                 if marker.message_id in copies:
                     story.marker(marker, at_ms)
         records.extend(r for r in messages.records() if r.key() == key)
     letters = []
-    for record in _records(config, config.dlq_topic, key):
+    for record in _records(config, topics, topics.dead_letters, key):
         letters.append(stats.to_dead_letter(record))
         said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
         if said.delivery.first_message_id == first:
@@ -298,8 +303,8 @@ def _queue_records(read: Iterable[KafkaMessage], key: bytes,
     return mine, owner
 
 
-def _records(config: Config, topic: str, key: bytes) -> Iterator[KafkaMessage]:
-    with TopicReplay(config, topic) as replay:
+def _records(config: Config, topics: TopicSet, topic: str, key: bytes) -> Iterator[KafkaMessage]:
+    with TopicReplay(config, topics, topic) as replay:
         for record in replay.records():
             if record.key() == key:
                 yield record

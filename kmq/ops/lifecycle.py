@@ -384,9 +384,11 @@ def _finish(m: MessageLife, window: Window | None) -> None:
             if written_ms < m.last_start_ms:
                 m.facts[name] = 0
     m.state = v.state_of(m.facts)
-    refused = m.counters.pop("refused_ends", 0) + m.counters.pop("refused_letters", 0)
-    if m.state == v.DEAD_LETTERED and refused:
-        m.counters[v.REJECTED] = 1
+    # An event count (a redrive does not undo a refusal): a refusal writes a REJECT End and a letter; either may be
+    # all that was read.
+    refused = max(m.counters.pop("refused_ends", 0), m.counters.pop("refused_letters", 0))
+    if refused:
+        m.counters[v.REJECTED] = refused
     if window is None:
         return
     if window.before(m.first_id) or (m.enqueued_ms is not None and window.from_ms is not None

@@ -32,7 +32,7 @@ class ScheduleInfo:
 
 
 class Schedules:
-    """The recurring schedules of one deployment (its control topic)."""
+    """The recurring schedules of one deployment; each lives on the control topic of its queue's topic set."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -49,7 +49,7 @@ class Schedules:
                             active_from_ms=wire.now_ms())
         if not replace and name in self._state().schedules:
             raise ScheduleError("name", f"{name!r} exists: remove it first, or replace it")
-        control.write_record(self.config, *encode_schedule(schedule))
+        control.write_record(self.config, self.config.topics_for(queue), *encode_schedule(schedule))
         return schedule
 
     def list(self) -> list[ScheduleInfo]:
@@ -82,8 +82,8 @@ class Schedules:
 
     def remove(self, name: str) -> None:
         """Removes the schedule (a tombstone: the compacted control topic forgets it)."""
-        self.get(name)
-        control.write_record(self.config, (SCHEDULE + name).encode(), None)
+        schedule = self.get(name)
+        control.write_record(self.config, self.config.topics_for(schedule.queue), (SCHEDULE + name).encode(), None)
 
     def run_now(self, name: str) -> MessageId:
         """Sends the schedule's payload once now, besides its ticks (its own dedup id: a tick is not dropped for
@@ -95,8 +95,15 @@ class Schedules:
                                  dedup_id=f"schedule:{name}:run-now:{now}")
 
     def _put(self, schedule: Schedule) -> Schedule:
-        control.write_record(self.config, *encode_schedule(schedule))
+        control.write_record(self.config, self.config.topics_for(schedule.queue), *encode_schedule(schedule))
         return schedule
 
     def _state(self) -> ControlState:
-        return control_state(self.config)
+        """Every topic set's schedules: a schedule lives on the control topic of its queue's set, where that set's
+        trackers fire it."""
+        states = [control_state(self.config, topics) for topics in self.config.all_topic_sets]
+        merged = states[0]
+        for other in states[1:]:
+            merged.schedules.update(other.schedules)
+            merged.fired.update(other.fired)
+        return merged

@@ -20,7 +20,7 @@ from kmq.client.producer import Producer
 from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.redelivery.firing import Decision, decide, primary_partition
-from kmq.wire.control import control_topic
+from kmq.topic_sets import TopicSet
 from kmq.wire.schedule import Schedule, fired_record
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -34,9 +34,11 @@ SEND_TIMEOUT_S = 10.0
 class Scheduler:
     """Fires the schedules this replica is primary or standby for; ``start()`` then ``close()``."""
 
-    def __init__(self, config: Config, control: ControlClient, owned: Callable[[], Collection[int]], by: str,
-                 clients: ClientFactory, now_ms: Callable[[], int] = wire.now_ms) -> None:
+    def __init__(self, config: Config, topics: TopicSet, control: ControlClient, owned: Callable[[], Collection[int]],
+                 by: str, clients: ClientFactory, now_ms: Callable[[], int] = wire.now_ms) -> None:
         self._config = config
+        #: The topic set this tracker serves: its schedules are on its control topic, their primaries by its markers.
+        self._topics = topics
         self._control = control
         self._owned = owned
         self._by = by
@@ -146,7 +148,7 @@ class Scheduler:
         self.fired += 1
         self.fired_late += late
         key, value = fired_record(schedule.name, tick_ms, now_ms, self._by)
-        self._producer().produce(control_topic(self._config.message_topic), value, key)
+        self._producer().produce(self._topics.control, value, key)
         log.info("schedule_tick_fired", schedule=schedule.name, queue=schedule.queue, tick=_iso(tick_ms),
                  message_id=str(sent), lateness_ms=now_ms - tick_ms, missed=late)
 
@@ -154,13 +156,13 @@ class Scheduler:
         if self._control_producer is None:
             self._control_producer = self._clients.producer(
                 _kafka.messages_producer_settings(self._config, f"{self._by}-scheduler"), "scheduler",
-                control_topic(self._config.message_topic))
+                self._topics.control)
         return self._control_producer
 
     def _marker_partitions(self) -> int:
         if not self._partitions:
             self._partitions = len(_kafka.topic_partitions(self._producer().client, self._config,
-                                                           self._config.marker_topic, "markers"))
+                                                           self._topics.markers, "markers"))
         return self._partitions
 
 

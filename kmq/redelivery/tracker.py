@@ -34,6 +34,7 @@ from kmq.redelivery.partitions import OwnedPartitions, Partition
 from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.redeliverer import Attempt, Redeliverer
 from kmq.redelivery.scheduler import Scheduler
+from kmq.topic_sets import TopicSet
 from kmq.wire import CLOCK_PROBE_KEY
 from kmq.wire.marker_batch import decode_batch
 
@@ -59,11 +60,13 @@ class RedeliveryTracker:
 
     ``clients`` builds its Kafka clients (kmq._kafka.factory: confluent-kafka by default, fakes in unit tests)."""
 
-    def __init__(self, config: Config, *, metrics: TrackerMetrics | None = None,
+    def __init__(self, config: Config, topics: TopicSet | None = None, *, metrics: TrackerMetrics | None = None,
                  monotonic: Monotonic = time.monotonic, client_id: str = wire.TRACKER_CLIENT_ID,
                  clients: ClientFactory | None = None, stop_timeout_s: float = SHUTDOWN_S) -> None:
         clients = clients or KafkaClients()
         self.config = config
+        #: The topic set it serves (default: the default set), in that set's tracker group.
+        self.topics = topics = topics or config.default_topics
         self._stop_timeout_s = stop_timeout_s
         self.metrics = metrics or TrackerMetrics()
         self._monotonic = monotonic
@@ -75,47 +78,47 @@ class RedeliveryTracker:
                                      monotonic, min_interval_s=MIN_COMMIT_INTERVAL_S)
         self._gc = RebuildGc()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
-                                      lambda p: TopicPartition(config.marker_topic, p))
+                                      lambda p: TopicPartition(topics.markers, p))
         self._sender = clients.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender",
-                                        config.message_topic)
+                                        topics.messages)
         self._markers = clients.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
-                                         "tracker-markers", config.marker_topic)
-        self._probe = BrokerProbe(self._markers.client, config.marker_topic,
+                                         "tracker-markers", topics.markers)
+        self._probe = BrokerProbe(self._markers.client, topics.markers,
                                   stalled=lambda: max(self._markers.stalled_s(), self._sender.stalled_s()))
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
-        self._control = clients.control(config, None).start()
+        self._control = clients.control(config, topics, None).start()
         #: Recurring schedules (kmq schedule): this replica fires those it is primary for, and stands by for the rest.
-        self._scheduler = Scheduler(config, self._control, lambda: self._membership.assigned,
+        self._scheduler = Scheduler(config, topics, self._control, lambda: self._membership.assigned,
                                     f"{client_id}@{_kafka.instance_id()}", clients)
         #: Reads back the records of Starts by reference when they are redelivered (made on the first).
         self._reader = LazyReader(lambda: RecordReader(
-            clients.reader(_kafka.reader_settings(config, wire.private_group("read-back"), f"{client_id}-reader")),
-            config.message_topic, self._redeliverer.read_done, monotonic=monotonic))
-        self._redeliverer = Redeliverer(config, self._sender, self._markers, monotonic, self._record_redelivery,
+            clients.reader(_kafka.reader_settings(config, topics.private_group("read-back"), f"{client_id}-reader")),
+            topics.messages, self._redeliverer.read_done, monotonic=monotonic))
+        self._redeliverer = Redeliverer(config, topics, self._sender, self._markers, monotonic, self._record_redelivery,
                                         client_id, self._reader)
         self._copy_log = CopyLog()
         self._counters: dict[tuple[str, str], list[Any]] = {}
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
-        self._clock_probes = (ClockProbes(self._markers, config.marker_topic, client_id, monotonic)
+        self._clock_probes = (ClockProbes(self._markers, topics.markers, client_id, monotonic)
                               if config.marker_format == MARKER_FORMAT_KMQ else None)
         self._complaints = Throttle(COMPLAIN_EVERY_S, monotonic)
         self._publisher = StatePublisher(self.metrics, monotonic) if config.metrics_port > 0 else None
         self._membership = GroupMembership(
-            config.tracker_group, config.assignment_strategy, eager=config.eager_rebalance,
+            topics.tracker_group, config.assignment_strategy, eager=config.eager_rebalance,
             join_bound_s=config.connect_timeout_ms / 1000, on_assigned=self._on_assigned,
             on_revoking=lambda partitions: self._commit(partitions, wait=True), on_dropped=self._on_dropped)
         self._consumer = clients.group_consumer({
-            **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
+            **_kafka.consumer_settings(config.replace(client_id=""), topics.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "error_cb": self._on_client_error, "on_commit": _on_commit,
         })
-        self._membership.subscribe(self._consumer, [config.marker_topic])
+        self._membership.subscribe(self._consumer, [topics.markers])
 
     # --- the loop -------------------------------------------------------------------------------------
 
     def run(self) -> None:
         """Tracks and redelivers until ``stop()``, then hands everything back cleanly."""
-        log.info("tracker_started", marker_topic=self.config.marker_topic, group=self.config.tracker_group,
+        log.info("tracker_started", marker_topic=self.topics.markers, group=self.topics.tracker_group,
                  kafka=self.config.redacted_kafka())
         self._scheduler.start()
         try:
@@ -305,7 +308,7 @@ class RedeliveryTracker:
         for p in partitions:
             part = self._owned.get(p)
             if part is not None and part.caught_up:
-                offsets.append(TopicPartition(self.config.marker_topic, p, part.state.commit_offset()))
+                offsets.append(TopicPartition(self.topics.markers, p, part.state.commit_offset()))
         self._commits.committed()
         if not offsets:
             return
@@ -325,6 +328,7 @@ class RedeliveryTracker:
         self._owned.dropped(partitions)
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self.config.bootstrap_servers, self.config.kafka.get("sasl.username", ""), err)
         cannot_join = self._membership.cannot_join(err)
         if cannot_join is not None and self._fatal is None:
             self._fatal = cannot_join
@@ -377,7 +381,7 @@ class RedeliveryTracker:
 
     def _lag_of(self, partition: int) -> int | None:
         try:
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.config.marker_topic, partition),
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topics.markers, partition),
                                                               cached=True) or (0, 0)
         except Exception:  # noqa: BLE001 - a gauge can wait for the next round
             return None
@@ -398,21 +402,33 @@ class RedeliveryTracker:
 
 class RebuildGc:
     """A rebuild allocates millions of acyclic objects; the cyclic GC would scan them again and again (~30% of the
-    rebuild time), so it pauses while partitions rebuild, then freezes what was built."""
+    rebuild time), so it pauses while partitions rebuild, then freezes what was built. The trackers of one process
+    (one per topic set) share the pause: the GC runs again once none of them rebuilds."""
+
+    _lock = threading.Lock()
+    _holders = 0
 
     def __init__(self) -> None:
         self.paused = False
 
     def pause(self) -> None:
-        if not self.paused and gc.isenabled():
-            gc.disable()
+        with RebuildGc._lock:
+            if self.paused or (RebuildGc._holders == 0 and not gc.isenabled()):
+                return  # paused already, or the application keeps the GC off itself
+            if RebuildGc._holders == 0:
+                gc.disable()
+            RebuildGc._holders += 1
             self.paused = True
 
     def resume(self) -> None:
-        if self.paused:
-            gc.freeze()
-            gc.enable()
+        with RebuildGc._lock:
+            if not self.paused:
+                return
             self.paused = False
+            RebuildGc._holders -= 1
+            if RebuildGc._holders == 0:
+                gc.freeze()
+                gc.enable()
 
 
 class Throttle:

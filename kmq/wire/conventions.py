@@ -20,6 +20,7 @@ __all__ = [
     "CONSUMER_GROUP_PREFIX",
     "DEDUPLICATED_REASON",
     "DELAY_REASON",
+    "DLQ_SUFFIX",
     "EXPIRED_REASON",
     "GROUP_COMMIT_FORMAT",
     "HEADER_DEDUP_ID",
@@ -36,11 +37,19 @@ __all__ = [
     "MAX_DEDUP_ID_LENGTH",
     "MAX_GROUP_BYTES",
     "MAX_QUEUE_NAME_LENGTH",
+    "OPTION_HEADERS",
+    "PRIVATE_GROUP_PREFIX",
     "PURGED_REASON",
+    "REDRIVE_GROUP_PREFIX",
     "REJECTED_REASON",
     "RELEASE_REASON",
     "RESERVED_HEADER_PREFIX",
     "RETURN_REASON",
+    "SET_CONSUMER_GROUP",
+    "SET_MARKERS_TOPIC",
+    "SET_MESSAGES_TOPIC",
+    "SET_REDRIVE_GROUP",
+    "SET_TRACKER_GROUP",
     "TRACKER_CLIENT_ID",
     "TRACKER_GROUP",
     "UNCOUNTED_REASONS",
@@ -174,10 +183,14 @@ HEADER_DEDUP_ID = "kmq-dedup-id"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
-#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit and the due time stay
-#: visible: they travel with the payload through Starts and redelivered copies).
+#: kmq's own headers of a delivery, which a Message reads into its fields (``delivery_count``,
+#: ``first_message_id``, ``enqueued_at_ms``) and never carries.
 INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
                               HEADER_DLQ_QUEUE})
+#: The send options a producer writes as headers: a Message carries them (they travel with the payload through
+#: Starts and redelivered copies) and shows them as ``time_limit``, ``deliver_at``, ``expires_at`` and ``group``,
+#: not in ``Message.headers``.
+OPTION_HEADERS = frozenset({HEADER_TIME_LIMIT, HEADER_DELIVER_AT, HEADER_EXPIRES_AT, HEADER_GROUP})
 
 
 def validate_group(group: object) -> str:
@@ -354,14 +367,30 @@ def consumer_group(queue: str, prefix: str = CONSUMER_GROUP_PREFIX) -> str:
     return f"{prefix}{queue}"
 
 
-def redrive_group(queue: str) -> str:
+#: The default topic set's prefixes of the redrive groups and of the one-reader groups.
+REDRIVE_GROUP_PREFIX = "kmq-dlq-redrive-"
+PRIVATE_GROUP_PREFIX = "kmq-"
+
+
+def redrive_group(queue: str, prefix: str = REDRIVE_GROUP_PREFIX) -> str:
     """The group whose committed offsets record how far ``kmq dlq redrive`` has moved a queue's dead letters."""
-    return f"kmq-dlq-redrive-{queue}"
+    return f"{prefix}{queue}"
 
 
-def private_group(purpose: str) -> str:
+def private_group(purpose: str, prefix: str = PRIVATE_GROUP_PREFIX) -> str:
     """A group of one reader that only assigns partitions (a replay, a control follower): never shared."""
-    return f"kmq-{purpose}-{uuid.uuid4().hex}"
+    return f"{prefix}{purpose}-{uuid.uuid4().hex}"
+
+
+# --- topic sets: the resources of a named set, under its prefix P (docs/concepts/topic-sets.md) -------------------
+
+#: ``P.messages`` and ``P.markers``; the dead-letter and control topics follow from the messages topic as in the
+#: default set (``<messages>.dlq``, ``<messages>.control``).
+SET_MESSAGES_TOPIC, SET_MARKERS_TOPIC = "messages", "markers"
+#: ``P.consumer.<queue>``, ``P.tracker``, ``P.dlq-redrive.<queue>``; one-reader groups ``P.<purpose>-<uuid>``.
+SET_CONSUMER_GROUP, SET_TRACKER_GROUP, SET_REDRIVE_GROUP = "consumer.", "tracker", "dlq-redrive."
+#: The suffix of the default dead-letter topic's name (``<message_topic>.dlq``).
+DLQ_SUFFIX = ".dlq"
 
 
 #: The client id a tracker's clients, clock probes and Ends carry unless configured otherwise.

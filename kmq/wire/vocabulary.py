@@ -51,8 +51,8 @@ EXPIRED = "expired"
 #: (docs/concepts/dedup.md). Ended without a Start, never handed to a handler; ``kmq inspect`` names the message it
 #: repeats.
 DEDUPLICATED = "deduplicated"
-#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; counted again as ``rejected``), or
-#: dead-lettered after ``max_deliveries`` (by a worker or a tracker).
+#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; each refusal is a ``rejected`` event
+#: too), or dead-lettered after ``max_deliveries`` (by a worker or a tracker).
 DEAD_LETTERED = "dead_lettered"
 #: Read by an at-most-once queue's consumer, which writes no markers: handed out once (or expired or purged without
 #: a trace). What its handler did, only the handler knows.
@@ -141,7 +141,8 @@ REDELIVERED = "redelivered"
 RECOVERED = "recovered"
 #: Of ``redelivered``: copies a kafka-mq-go tracker made (linked to their original by queue and payload).
 GO_REDELIVERED = "go_redelivered"
-#: Of the ``dead_lettered``: messages a handler refused (the others hit ``max_deliveries``).
+#: Refusals by a handler (``reject``, ``kmq.Reject``): an event each, also when a redrive has since brought the
+#: message back (``dead_lettered`` is the state now: a redriven message is no longer in it).
 REJECTED = "rejected"
 
 COUNTERS = (PRODUCED, DELIVERED, RELEASED, RETURNED, REDELIVERED, RECOVERED, GO_REDELIVERED, REJECTED)

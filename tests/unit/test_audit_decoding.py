@@ -74,7 +74,7 @@ def test_exactly_the_records_the_codec_rejects_are_malformed(value: bytes) -> No
 
 class _Start:
     def __init__(self, mid: MessageId, first: MessageId, count: int) -> None:
-        self.message_id, self.payload, self.headers = mid, b"p", {}
+        self.message_id, self.payload, self.record_headers = mid, b"p", {}
         self.delivery_count, self.first_message_id, self.enqueued_at_ms = count, first, 5
 
 

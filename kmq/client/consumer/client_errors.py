@@ -42,6 +42,7 @@ class ClientErrors:
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self._config.bootstrap_servers, self._config.kafka.get("sasl.username", ""), err)
         cannot_join = self._cannot_join(err)
         if _kafka.is_fatal(err) or cannot_join is not None:
             self.fatal = cannot_join or fatal_error(err, self._config, self._queue)

@@ -29,6 +29,7 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, UndeliveredMarkersError
 from kmq.metrics_http import MetadataClient
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire.control import ControlState
 
@@ -40,12 +41,16 @@ class Consumer:
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
     outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
-    lower than ``config.max_in_flight`` (see the property of that name).
+    lower than ``config.max_in_flight`` (see the property of that name). ``topics``: the topic set to read the
+    queue in, by default the one it lives in (``Config.topics_for``); a queue moving to another set is read in
+    each of ``Config.reading_sets(queue)`` by a consumer of its own (the Worker does so).
     """
 
     def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
-                 clients: ClientFactory | None = None) -> None:
+                 clients: ClientFactory | None = None, topics: TopicSet | None = None) -> None:
         self._config = config
+        #: The topics and group it reads.
+        self._topics = topics = topics or config.topics_for(queue)
         self._queue = queue
         self._log = log.bind(queue=queue)
         self._closed = False
@@ -54,12 +59,14 @@ class Consumer:
         self.settled_at_close: dict[str, int] = {"released": 0, "returned": 0}
         self._purged_up_to = 0
         clients = clients or KafkaClients()
-        self._p = p = build_parts(config, queue, clients, max_in_flight=max_in_flight,
+        #: The topics and group it reads.
+        self._topics = topics = topics or config.topics_for(queue)
+        self._p = p = build_parts(config, queue, clients, topics, max_in_flight=max_in_flight,
                                   on_control=self._on_control, closed=lambda: self._closed, logger=self._log)
         self._loop = PollLoop(config, queue, p, self._log)
         try:
-            _kafka.topic_partitions(p.client, config, config.message_topic, "message")
-            retention = clients.retention(config)  # None: Starts copy (see ReferencePolicy)
+            _kafka.topic_partitions(p.client, config, topics.messages, "message")
+            retention = clients.retention(config, topics)  # None: Starts copy (see ReferencePolicy)
             if retention is not None:
                 p.writer.references = ReferencePolicy(keep_ms=retention.messages_ms,
                                                       redelivery_timeout_ms=config.redelivery_timeout_ms)
@@ -67,7 +74,7 @@ class Consumer:
             if p.identity is not None:
                 p.identity.claim()
             p.writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
-            p.membership.subscribe(p.client, [config.message_topic])
+            p.membership.subscribe(p.client, [topics.messages])
         except BaseException:
             p.client.close()
             p.control.close()
@@ -83,6 +90,11 @@ class Consumer:
     def queue(self) -> str:
         """The queue this consumer receives from."""
         return self._queue
+
+    @property
+    def topics(self) -> TopicSet:
+        """The topic set it reads (its messages topic, in the set's consumer group) and writes markers to."""
+        return self._topics
 
     @property
     def assignment(self) -> frozenset[int]:
@@ -246,7 +258,7 @@ class Consumer:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
             raise UndeliveredMarkersError(
                 f"consumer of queue {self._queue!r}: {undelivered} marker record(s) were not written to "
-                f"{self._config.marker_topic!r} (acks among them are lost: those messages will be delivered "
+                f"{self._topics.markers!r} (acks among them are lost: those messages will be delivered "
                 "again)", undelivered)
 
     def _settle_unsettled(self, never_received: set[MessageId]) -> None:
@@ -274,7 +286,7 @@ class Consumer:
         twice."""
         first: dict[TopicPartitionKey, int] = {}
         for mid in never_received:
-            tp = (self._config.message_topic, mid.partition)
+            tp = (self._topics.messages, mid.partition)
             first[tp] = min(first.get(tp, mid.offset), mid.offset)
         _kafka.commit(self._p.client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
 

@@ -28,7 +28,7 @@ from kmq.client.consumer.intake import Record
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import KmqError
-from kmq.wire import MessageId, private_group
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -150,11 +150,12 @@ def reader_read_back(clients: ClientFactory, config: Config, queue: str, stoppin
     """The production ReadBack: a reader consumer per rebuild (rebuilds are rare: a partition's first keyed record
     after it was assigned), closed after it; a rebuild cut short because the consumer is closing is a failure."""
     timeout_s = config.connect_timeout_ms / 1000 + 20
+    topics = config.topics_for(queue)
 
     def read_back(partition: int, since_ms: int, until_offset: int) -> Iterator[KeyedRecord]:
-        reader = clients.reader(_kafka.reader_settings(config, private_group("dedup"), f"kmq-dedup-{queue}"))
+        reader = clients.reader(_kafka.reader_settings(config, topics.private_group("dedup"), f"kmq-dedup-{queue}"))
         try:
-            yield from records_since(reader, config.message_topic, partition, since_ms, until_offset, timeout_s,
+            yield from records_since(reader, topics.messages, partition, since_ms, until_offset, timeout_s,
                                      stopping)
         finally:
             reader.close()

@@ -29,6 +29,7 @@ from kmq.client.consumer.settle_writer import SettleSink
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
+from kmq.topic_sets import TopicSet
 from kmq.wire import HEADER_GROUP, MessageId
 from kmq.wire.markers import EndReason
 
@@ -50,9 +51,10 @@ class InFlightMessages:
     GroupDispatch) learns of them before they are written, so it sees the settle before the End's delivery report.
     """
 
-    def __init__(self, config: Config, queue: str, writer: MarkerWriter, dlq_producer: MarkerProducer,
-                 on_settled: Callable[[], None]) -> None:
+    def __init__(self, config: Config, topics: TopicSet, queue: str, writer: MarkerWriter,
+                 dlq_producer: MarkerProducer, on_settled: Callable[[], None]) -> None:
         self._config = config
+        self._topics = topics
         self._queue = queue
         self._writer = writer
         self._dlq_producer = dlq_producer
@@ -158,7 +160,7 @@ class InFlightMessages:
         if owner is not message:
             self._refuse(message, owner, "ack")
         message._settled_as = "ack"
-        if message.headers and HEADER_GROUP in message.headers:
+        if HEADER_GROUP in message.record_headers:
             self.on_group_settle(message, "ack", 0, None)
             self._writer.owned.ack(message.message_id)
             self._writer.settles.wake()  # its group moves on once the End is durable: no linger
@@ -175,7 +177,7 @@ class InFlightMessages:
             owner = table.pop(message.message_id, None)
             if owner is message:
                 message._settled_as = "ack"
-                if message.headers and HEADER_GROUP in message.headers:
+                if HEADER_GROUP in message.record_headers:
                     self.on_group_settle(message, "ack", 0, None)
                     self._writer.owned.ack(message.message_id)
                     self._writer.settles.wake()
@@ -207,7 +209,7 @@ class InFlightMessages:
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
         try:
-            write_dead_letter(self._dlq_producer, self._config, message, reason)
+            write_dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
         except DeliveryError:
             if not self.closed:  # unsettled again, so the caller may retry
                 message._settled_as = ""
@@ -230,7 +232,7 @@ class InFlightMessages:
         self._claim(message, "expire")
         if dead_letter:
             try:
-                write_dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)
+                write_dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)
             except DeliveryError as err:  # stays in flight: released at close, and read (and expired) again
                 message._settled_as = ""
                 self._table[message.message_id] = message
@@ -265,7 +267,7 @@ class InFlightMessages:
               end: tuple[int, str] | None = None) -> SettleSink:
         """Where a settle of ``message`` is written: a grouped message's goes to the owner-tracked sink, and the
         group dispatch hears of it first."""
-        if message.headers and HEADER_GROUP in message.headers:
+        if HEADER_GROUP in message.record_headers:
             self.on_group_settle(message, kind, delay_ms, end)
             return self._writer.owned
         return self._writer.settles.plain
@@ -274,7 +276,7 @@ class InFlightMessages:
         if self._table.get(message.message_id) is not message:
             raise self._unsettleable(message, "keep alive")
         message._next_keep_alive = time.monotonic() + self._config.keep_alive_interval_ms / 1000
-        grouped = message.headers and HEADER_GROUP in message.headers
+        grouped = HEADER_GROUP in message.record_headers
         (self._writer.owned if grouped else self._writer.settles.plain).keep_alive(message.message_id)
 
     def _claim(self, message: Message, how: str) -> None:

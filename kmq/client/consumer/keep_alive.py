@@ -72,7 +72,7 @@ class KeepAliveLoop:
             for msg in list(self._table.values()):  # list() of a dict is atomic under the GIL
                 if msg._next_keep_alive > now:
                     continue
-                if msg.headers and HEADER_GROUP in msg.headers:
+                if HEADER_GROUP in msg.record_headers:
                     if self._held_since or msg.message_id.partition in self.lost:
                         continue
                     self._writer.owned.keep_alive(msg.message_id)

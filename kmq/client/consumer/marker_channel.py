@@ -33,9 +33,9 @@ class MarkerChannel:
     __slots__ = ("after_ms", "batched", "broker_time", "client_id", "instance_id", "key", "last_offset",
                  "on_durable", "on_start_record", "producer", "topic")
 
-    def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
+    def __init__(self, config: Config, topic: str, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
-        self.topic = config.marker_topic
+        self.topic = topic
         self.key = key
         self.producer = producer
         self.batched = config.marker_format == MARKER_FORMAT_KMQ

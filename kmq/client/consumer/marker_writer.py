@@ -30,9 +30,9 @@ class MarkerWriter:
 
     __slots__ = ("channel", "settles", "starts")
 
-    def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
+    def __init__(self, config: Config, topic: str, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
-        self.channel = MarkerChannel(config, key, producer, instance_id=instance_id, client_id=client_id)
+        self.channel = MarkerChannel(config, topic, key, producer, instance_id=instance_id, client_id=client_id)
         self.starts = StartWriter(config, self.channel)
         self.settles = SettleWriter(config, self.channel)
 

@@ -38,6 +38,7 @@ from kmq.client.consumer.rebalances import Rebalances
 from kmq.client.consumer.start_pipeline import StartPipeline, to_message
 from kmq.client.message import Message
 from kmq.config import MARKER_FORMAT_KMQ, Config
+from kmq.topic_sets import TopicSet
 from kmq.wire.control import ControlState
 
 #: Commit the offsets no hand-out waits for at least this often.
@@ -73,7 +74,7 @@ class ConsumerParts:
     stop: threading.Event
 
 
-def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_flight: int | None,
+def build_parts(config: Config, queue: str, clients: ClientFactory, topics: TopicSet, *, max_in_flight: int | None,
                 on_control: Callable[[ControlState], None], closed: Callable[[], bool],
                 logger: structlog.typing.FilteringBoundLogger) -> ConsumerParts:
     key = queue.encode()
@@ -81,19 +82,19 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
     if max_in_flight is not None:  # before the loop starts: its first Starts already keep to it
         out.limit = max_in_flight
     producer = clients.producer(
-        _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
+        _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", topics.markers)
     instance_id = _kafka.instance_id()
-    writer = MarkerWriter(config, key, producer, instance_id=instance_id, client_id=config.client_id)
-    in_flight = InFlightMessages(config, queue, writer, producer, out.wake_loop)
+    writer = MarkerWriter(config, topics.markers, key, producer, instance_id=instance_id, client_id=config.client_id)
+    in_flight = InFlightMessages(config, topics, queue, writer, producer, out.wake_loop)
     settler: InFlightMessages | AtMostOnceMessages = (
-        AtMostOnceMessages(config, producer) if queue in config.at_most_once_queues else in_flight)
-    control = clients.control(config, on_control)
+        AtMostOnceMessages(config, topics, producer) if queue in config.at_most_once_queues else in_flight)
+    control = clients.control(config, topics, on_control)
     #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
     identity = (ClientIdentity(config.client_id, instance_id, producer, control, config.connect_timeout_ms / 1000 + 20)
                 if config.client_id else None)
     errors = ClientErrors(config, queue, logger)
     client = clients.group_consumer({
-        **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
+        **_kafka.consumer_settings(config, topics.consumer_group(queue), f"kmq-consumer-{queue}"),
         "error_cb": errors.on_client_error,
     })
     intake = Intake(client, key, errors.on_record_error, config.receive_buffer_capacity, config.max_read_ahead_records)
@@ -115,7 +116,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
         queue=queue) if config.dedup_window_ms else None
     groups = None
     if config.marker_format == MARKER_FORMAT_KMQ and settler is in_flight:
-        groups = _build_groups(config, queue, clients, client, writer, in_flight, intake, book, committer, gate,
+        groups = _build_groups(config, topics, queue, clients, client, writer, in_flight, intake, book, committer, gate,
                                make_message, logger)
         committer.groups = groups.commits
     pipeline = StartPipeline(
@@ -123,11 +124,11 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
         stopping=stop, write_starts=settler is in_flight, dedup=dedup,
         divert=None if groups is None else groups.divert)
-    rebalances = Rebalances(topic=config.message_topic, intake=intake, pipeline=pipeline, book=book,
+    rebalances = Rebalances(topic=topics.messages, intake=intake, pipeline=pipeline, book=book,
                             committer=committer, groups=groups, dedup=dedup, keep_alives=in_flight.keep_alives,
                             closed=closed)
     membership = GroupMembership(
-        config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+        topics.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
         join_bound_s=config.connect_timeout_ms / 1000, on_assigned=rebalances.on_assigned,
         on_revoking=rebalances.on_revoking, on_dropped=rebalances.on_dropped, on_changed=rebalances.on_changed,
         logger=logger)
@@ -138,19 +139,19 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, *, max_in_fl
                          stop=stop)
 
 
-def _build_groups(config: Config, queue: str, clients: ClientFactory, client: GroupClient, writer: MarkerWriter,
-                  in_flight: InFlightMessages, intake: Intake, book: OffsetBook, committer: QueueCommitter,
-                  gate: ReadyGate,
+def _build_groups(config: Config, topics: TopicSet, queue: str, clients: ClientFactory, client: GroupClient,
+                  writer: MarkerWriter, in_flight: InFlightMessages, intake: Intake, book: OffsetBook,
+                  committer: QueueCommitter, gate: ReadyGate,
                   make_message: Callable[[Record], Message],
                   logger: structlog.typing.FilteringBoundLogger) -> GroupDispatch:
     """The message groups' parts, wired to the consumer's (see kmq.client.consumer.groups)."""
-    topic, timeout_s = config.message_topic, config.connect_timeout_ms / 1000
+    topic, timeout_s = topics.messages, config.connect_timeout_ms / 1000
 
     def committed_of(partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         return committed_with_metadata(client, topic, partitions, timeout_s)
 
     wake = threading.Event()
-    takeover = Takeover(MarkersFollower(config, queue, clients), committed_of,
+    takeover = Takeover(MarkersFollower(config, topics, queue, clients), committed_of,
                         writer.broker_time.now_ms, logger)
     groups = GroupDispatch(
         rules=GroupRules(config.group_concurrency_of(queue), config.max_deliveries, config.group_buffer_records),

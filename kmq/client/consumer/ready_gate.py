@@ -45,11 +45,11 @@ class ReadyGate:
                     self._settler.purge(message)
                 messages = [m for m in messages if not m.settled]
         ready, hops, expired = self._due.sort(messages)
-        if hops and any(HEADER_GROUP in m.headers for m, _ in hops):
+        if hops and any(HEADER_GROUP in m.record_headers for m, _ in hops):
             # A grouped message goes out only once due (its group's ledger waits for it); no tracker would bring
             # an owner-tracked message back from a hop.
-            ready += [m for m, _ in hops if HEADER_GROUP in m.headers]
-            hops = [(m, d) for m, d in hops if HEADER_GROUP not in m.headers]
+            ready += [m for m, _ in hops if HEADER_GROUP in m.record_headers]
+            hops = [(m, d) for m, d in hops if HEADER_GROUP not in m.record_headers]
         for message, delay_ms in hops:  # read before their due time: the tracker brings them back then
             self._in_flight.discard(message.message_id)
             self._writer.delay(message.message_id, delay_ms)

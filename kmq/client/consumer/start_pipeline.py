@@ -81,7 +81,7 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
     kmq = wire.DeliveryHeaders.parse(headers)
     return Message(
         payload=record.value() or b"", queue=queue, message_id=msg_id,
-        headers={k: v for k, v in headers.items() if k not in internal},
+        record_headers={k: v for k, v in headers.items() if k not in internal},
         delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
         enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
         _settler=settler, _next_keep_alive=next_keep_alive,

@@ -114,6 +114,6 @@ class StartWriter:
         channel.producer.produce_many(channel.topic, [
             encode_start(m.message_id, after, key, m.payload, delivery_count=m.delivery_count,
                          first_message_id=m.first_message_id, enqueued_at_ms=m.enqueued_at_ms,
-                         headers=m.headers.items(), client_id=client_id, instance_id=instance_id)
+                         headers=m.record_headers.items(), client_id=client_id, instance_id=instance_id)
             for m in messages], key, done)
         return delivery

@@ -293,8 +293,8 @@ def _classify(m: DataFrame, facts: Facts) -> DataFrame:
     for name, names in v.STATE_RULES:
         state = state.when(sum((F.col(n) for n in names), F.lit(0)) > 0, F.lit(name))
     m = m.withColumn("state", state.otherwise(F.lit(v.VANISHED)))
-    m = m.withColumn(v.REJECTED, ((F.col("state") == v.DEAD_LETTERED)
-                                  & ((F.col("refused_ends") + F.col("refused_letters")) > 0)).cast("long"))
+    m = m.withColumn(v.REJECTED, F.greatest(F.coalesce("refused_ends", F.lit(0)),
+                                            F.coalesce("refused_letters", F.lit(0))).cast("long"))
     m = m.withColumn("max_delivery_count", F.coalesce("max_delivery_count", F.lit(0)))
     return m.withColumn("scope", _scope(facts))
 

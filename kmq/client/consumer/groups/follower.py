@@ -24,7 +24,8 @@ from kmq._kafka.records import log_append_time_ms
 from kmq._kafka.settings import reader_settings
 from kmq.config import Config
 from kmq.errors import KmqError, MarkerDecodeError
-from kmq.wire import partitioning, private_group
+from kmq.topic_sets import TopicSet
+from kmq.wire import partitioning
 from kmq.wire.marker_batch import DecodedBatch, decode_batch, is_batch
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -46,8 +47,9 @@ class MarkerRecord:
 class MarkersFollower:
     """Loop thread only."""
 
-    def __init__(self, config: Config, queue: str, clients: ClientFactory) -> None:
+    def __init__(self, config: Config, topics: TopicSet, queue: str, clients: ClientFactory) -> None:
         self._config = config
+        self._topics = topics
         self._key = queue.encode()
         self._clients = clients
         self._reader: GroupClient | None = None
@@ -64,9 +66,9 @@ class MarkersFollower:
     def end_offset(self) -> int:
         """The queue's markers partition's end offset now: every marker written from now on is at or after it."""
         reader = self._open()
-        tp = TopicPartition(self._config.marker_topic, self._partition)
+        tp = TopicPartition(self._topics.markers, self._partition)
         return watermarks(reader, tp, self._config.connect_timeout_ms / 1000,  # type: ignore[arg-type]
-                          f"end offsets of {self._config.marker_topic!r}")[1]
+                          f"end offsets of {self._topics.markers!r}")[1]
 
     def replay_from(self, offset: int) -> int:
         """Reads from ``offset`` (or keeps reading, if already there or before); returns the markers partition's end
@@ -74,7 +76,7 @@ class MarkersFollower:
         end = self.end_offset()
         reader = self._open()
         if not self.reading or offset < self.position:
-            reader.assign([TopicPartition(self._config.marker_topic, self._partition, offset)])
+            reader.assign([TopicPartition(self._topics.markers, self._partition, offset)])
             self.position = offset
         return end
 
@@ -97,7 +99,7 @@ class MarkersFollower:
             try:
                 batch = decode_batch(value)
             except MarkerDecodeError as err:
-                log.warning("malformed_marker_skipped", topic=self._config.marker_topic, offset=offset,
+                log.warning("malformed_marker_skipped", topic=self._topics.markers, offset=offset,
                             error=str(err))
                 continue
             # This instance's own markers too: a partition revoked and assigned back to it replays what it wrote.
@@ -124,16 +126,16 @@ class MarkersFollower:
     def _open(self) -> GroupClient:
         if self._reader is None:
             settings: dict[str, Any] = {
-                **reader_settings(self._config, private_group("groups-follower"), "kmq-markers-follower"),
+                **reader_settings(self._config, self._topics.private_group("groups-follower"), "kmq-markers-follower"),
                 "enable.partition.eof": False,
             }
             reader = self._clients.reader(settings)
             try:
-                metadata = reader.list_topics(self._config.marker_topic, timeout=self._config.connect_timeout_ms / 1000)
-                partitions = len(metadata.topics[self._config.marker_topic].partitions)
+                metadata = reader.list_topics(self._topics.markers, timeout=self._config.connect_timeout_ms / 1000)
+                partitions = len(metadata.topics[self._topics.markers].partitions)
             except Exception as err:
                 reader.close()
-                raise KmqError(f"cannot read the partitions of {self._config.marker_topic!r}: {err}") from err
+                raise KmqError(f"cannot read the partitions of {self._topics.markers!r}: {err}") from err
             self._partition = (partitioning.murmur2(self._key) & 0x7FFFFFFF) % partitions
             self._reader = reader
         return self._reader

@@ -136,7 +136,7 @@ def truth(plan: Plan) -> Truth:
         state = v.ENDED_BY_GO
     else:
         state = v.VANISHED  # LOST: the tracker Ended it, but its copy is nowhere
-    c[v.REJECTED] += state == v.DEAD_LETTERED and any(s.outcome == REJECT for s in plan.steps)
+    c[v.REJECTED] += sum(s.outcome == REJECT for s in plan.steps)  # events: a redrive undoes none
     return Truth(state, c, acks)
 
 

@@ -13,12 +13,10 @@ in both runs; the figure is their ratio (the issue's target: at most 2x). Writes
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import threading
 import time
 from pathlib import Path
-from queue import Empty
 from typing import Any
 
 import pytest
@@ -27,6 +25,7 @@ from kmq import Config, Service, logs
 from kmq._kafka.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, write
+from tests.bench.test_bench_worker import _rate, _tenth_done
 from tests.group_handlers import GroupOracle
 from tests.group_runs import GroupRun
 from tests.helpers import ROOT
@@ -68,38 +67,14 @@ def _worker(config: Config, queue: str, handler: str, n: int, go: Any, out: Any)
     go.wait()
     runner = threading.Thread(target=worker.run, kwargs={"install_signals": False}, daemon=True)
     runner.start()
-    tenth_at = None
-    while worker.counts["acked"] < n:
-        if not runner.is_alive():
-            raise RuntimeError(f"the worker ended after {worker.counts['acked']} of {n} jobs")
-        if tenth_at is None and worker.counts["acked"] >= n // 10:
-            tenth_at = time.perf_counter()
-        time.sleep(0.002)
-    out.put((tenth_at, time.perf_counter()))
+    w._report(out, _tenth_done(lambda: worker.counts["acked"], n, runner), [])
 
 
-def rate(bootstrap: str, n: int, groups: int | None, handler: str = HANDLERS["0 ms"],
-         timeout_s: float = 900) -> float:
+def rate(bootstrap: str, n: int, groups: int | None, handler: str = HANDLERS["0 ms"]) -> float:
     """Jobs/s of a worker on ``n`` jobs in ``groups`` groups (None: ungrouped), from the tenth job to the last."""
     config, queue = fresh(bootstrap), w.group("gq")
     send(config, queue, n, groups)
-    ctx = mp.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_worker, args=(config, queue, handler, n, go, out))
-    proc.start()
-    try:
-        time.sleep(1)
-        go.set()
-        try:
-            tenth_at, end = out.get(timeout=timeout_s)
-        except Empty:
-            raise TimeoutError(f"{n} jobs not done in {timeout_s} s (exit code {proc.exitcode})") from None
-    finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(10)
-    return float((n - n // 10) / (end - tenth_at))
+    return _rate(_worker, (config, queue, handler), n, timeout_s=900)
 
 
 def throughput_cases(bootstrap: str) -> list[Case]:

@@ -46,10 +46,12 @@ class GroupLog:
                 assert start >= end - 0.001, f"group {group}: two runs at once"
 
 
-def _serve(consumer_of: Callable[[], object], handle: Callable[[Message], None], stop: threading.Event,
-           threads: int) -> list[threading.Thread]:
+def _serve(consumer: object, handle: Callable[[Message], None], threads: int, log: GroupLog, runs: int,
+           timeout_s: float = 60) -> None:
+    """``threads`` threads receive from ``consumer`` and ``handle`` each message, until ``log`` has ``runs``."""
+    stop = threading.Event()
+
     def work() -> None:
-        consumer = consumer_of()
         while not stop.is_set():
             message = consumer.receive(0.1)  # type: ignore[attr-defined]
             if message is not None:
@@ -58,7 +60,12 @@ def _serve(consumer_of: Callable[[], object], handle: Callable[[Message], None],
     workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
     for worker in workers:
         worker.start()
-    return workers
+    deadline = time.monotonic() + timeout_s
+    while sum(len(r) for r in log.runs.values()) < runs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    for worker in workers:
+        worker.join()
 
 
 def _send(config: Config, queue: str, groups: int, per_group: int) -> dict[str, list[int]]:
@@ -72,32 +79,22 @@ def _send(config: Config, queue: str, groups: int, per_group: int) -> dict[str, 
     return sent
 
 
-def _wait(log: GroupLog, total: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while sum(len(r) for r in log.runs.values()) < total and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
 def test_interleaved_groups_run_in_order_and_one_at_a_time_with_eight_threads(kmq_config: ConfigFactory) -> None:
     config = kmq_config(partitions=3)
     sent = _send(config, "jobs", groups=2, per_group=20)
-    log, stop = GroupLog(), threading.Event()
+    log = GroupLog()
     with Service(config).queue("jobs").consumer() as consumer:
         def handle(message: Message) -> None:
             log.run(message, 0.02)
             message.ack()
-        workers = _serve(lambda: consumer, handle, stop, threads=8)
-        _wait(log, 40, 60)
-        stop.set()
-        for worker in workers:
-            worker.join()
+        _serve(consumer, handle, 8, log, 40)
     log.check(sent)
 
 
 def test_a_released_message_comes_back_before_the_later_ones_of_its_group(kmq_config: ConfigFactory) -> None:
     config = kmq_config(partitions=2)
     sent = _send(config, "jobs", groups=3, per_group=6)
-    log, stop = GroupLog(), threading.Event()
+    log = GroupLog()
     counts: dict[tuple[str, int], list[int]] = defaultdict(list)
     with Service(config).queue("jobs").consumer() as consumer:
         def handle(message: Message) -> None:
@@ -108,11 +105,7 @@ def test_a_released_message_comes_back_before_the_later_ones_of_its_group(kmq_co
                 return
             log.run(message, 0.005)
             message.ack()
-        workers = _serve(lambda: consumer, handle, stop, threads=4)
-        _wait(log, 18, 60)
-        stop.set()
-        for worker in workers:
-            worker.join()
+        _serve(consumer, handle, 4, log, 18)
     log.check(sent)
     assert all(c == [1, 2] for (_, n), c in counts.items() if n % 2 == 0), counts
     assert all(c == [1] for (_, n), c in counts.items() if n % 2), counts
@@ -127,16 +120,12 @@ def test_a_new_consumer_takes_over_in_place_what_a_closed_one_held(kmq_config: C
     assert sorted(m.group or "" for m in held) == [f"account-{g}" for g in range(4)]
     assert all(m.payload == b"0" for m in held), "one per group, each its first"
     first.close()  # releases what it held, in place
-    log, stop = GroupLog(), threading.Event()
+    log = GroupLog()
     with service.queue("jobs").consumer() as second:
         def handle(message: Message) -> None:
             log.run(message, 0.001)
             message.ack()
-        workers = _serve(lambda: second, handle, stop, threads=4)
-        _wait(log, 20, 60)
-        stop.set()
-        for worker in workers:
-            worker.join()
+        _serve(second, handle, 4, log, 20)
     log.check(sent)
 
 

@@ -73,7 +73,7 @@ def test_a_second_read_asks_for_its_end_offsets_without_waiting_behind_a_held_fe
             asked.append(time.monotonic() - started)
 
     monkeypatch.setattr(topic_replay, "watermarks", timed)
-    with TopicReplay(config, config.message_topic) as replay:
+    with TopicReplay(config, config.default_topics, config.default_topics.messages) as replay:
         assert len(list(replay.records())) == 12
         assert replay._consumer.assignment() == []  # nothing fetches between reads
         asked.clear()

@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kmq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
 	@touch $@
 
 kafka-fetch: $(STAMP)
@@ -137,3 +137,17 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The web console in a real browser against a real broker (tests/console): Playwright drives Debian's chromium,
+# installed here from the machine's packages (Playwright's own browser download is never used). Screenshots of the
+# main pages land in docs/images/console/ (docs/guides/console.md).
+.PHONY: test-console
+CONSOLE_STAMP := $(VENV)/.console-stamp
+
+$(CONSOLE_STAMP): $(STAMP)
+	@test -x /usr/bin/chromium || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+	$(PY) -m pip install -q -e '.[dev,console,console-tests]'
+	@touch $@
+
+test-console: kafka-fetch $(CONSOLE_STAMP)
+	$(PY) -m pytest tests/console -p no:cacheprovider -o testpaths=tests/console

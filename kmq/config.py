@@ -46,6 +46,8 @@ OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROK
                        "KMQ_BENCH_ONLY", "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY", "KMQ_CLUSTER_BOOTSTRAP_SERVERS",
                        "KMQ_FAULT_RATE", "KMQ_FAULT_REDELIVERY_TIMEOUT_MS", "KMQ_FAULT_SESSION_TIMEOUT_MS",
                        "KMQ_FAULT_HANDLER"})
+#: The web console's own variables (kmq.console.settings checks them).
+CONSOLE_ENV_PREFIX = "KMQ_CONSOLE_"
 
 #: The fields holding librdkafka settings: for every client, for consumers, for the messages producers.
 KAFKA_MAPPINGS = ("kafka", "consumer_kafka", "producer_kafka")
@@ -492,7 +494,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     known = {ENV_PREFIX + name.upper() for name in _FIELDS} | OTHER_ENV
     for name in env:
         if name.startswith(ENV_PREFIX) and name not in known and not name.startswith(
-                tuple(f"{ENV_PREFIX}{mapping.upper()}_" for mapping in KAFKA_MAPPINGS)):
+                (*(f"{ENV_PREFIX}{mapping.upper()}_" for mapping in KAFKA_MAPPINGS), CONSOLE_ENV_PREFIX)):
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(name, f"unknown environment variable{hint}")

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from kmq import logs
+from kmq._kafka.offsets import group_members
 from kmq._kafka.topics import create_topics
 from kmq.cli.output import format_table
 from kmq.config import Config
@@ -98,27 +99,41 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def await_members(config: Config, count: int, timeout_s: float = 60) -> None:
+    """Wait until ``count`` workers share every queue: jobs sent before worker 1 (started as worker 2, but slower
+    to import under load) joined were all taken by worker 2, and the kill then cost nothing."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all((group_members(config, config.consumer_group(q), 5) or 0) >= count for q in QUEUES):
+            return
+        time.sleep(0.2)
+    say(f"the workers did not all join within {timeout_s:.0f}s: going on")
+
+
 def run(config: Config, logs_dir: Path, jobs_per_queue: int = JOBS_PER_QUEUE) -> int:
     create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
     env = environment(config)
     tracker = start(["-m", "kmq.redelivery"], env, logs_dir / "tracker.log")
     worker_args = ["-m", "kmq.cli", "worker", "examples.demo:handle", "--concurrency", str(CONCURRENCY),
                    "--backoff-base", "0.2", "--backoff-max", "1", *[a for q in QUEUES for a in ("--queue", q)]]
-    started = time.monotonic()
-    sent = send_jobs(config, jobs_per_queue)
-    say(f"sent {sum(map(len, sent.values())):,} jobs to {', '.join(QUEUES)} in {time.monotonic() - started:.1f}s")
     watched = free_port()  # worker 1's /metrics: it is killed while it holds jobs, so the crash costs something
     workers = [start([*worker_args, "--metrics-port", str(watched)], env, logs_dir / "worker-1.log"),
                start(worker_args, env, logs_dir / "worker-2.log")]
+    await_members(config, len(workers))
+    started = time.monotonic()
+    sent = send_jobs(config, jobs_per_queue)
+    say(f"sent {sum(map(len, sent.values())):,} jobs to {', '.join(QUEUES)} in {time.monotonic() - started:.1f}s")
     scanner = Scanner(config, config.default_topics)
     killed = False
     total = sum(map(len, sent.values()))
     done = 0
     try:
         while time.monotonic() - started < TIMEOUT_S:
-            if not killed and done >= total // 10:
+            if not killed:
+                # Watched from the start: worker 1 may start seconds after worker 2 (imports under load) and the
+                # backlog then drains fast, so waiting for a share of it to be done first missed the window.
                 held = held_by(watched)
-                if held >= KILL_HOLDING or done >= total // 2:  # the latter: a worker starved of jobs all along
+                if held >= KILL_HOLDING or done >= total * 9 // 10:  # the latter: a worker starved all along
                     workers[0].send_signal(signal.SIGKILL)
                     killed = True
                     say(f"killed worker 1 (SIGKILL) at {done:,}/{total:,} done, holding {held:,} jobs: they must "

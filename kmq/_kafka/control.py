@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -134,21 +134,28 @@ def write_record(config: Config, topics: TopicSet, key: bytes, value: bytes | No
 
 
 # A queue's pause and purge go to the control topic of every set its messages may be in (while it moves, the set
-# it moves from too: both sets' consumers and trackers follow them).
+# it moves from too: both sets' consumers and trackers follow them), or of the sets given (a console that serves some
+# sets only: it may not have the others' ACLs).
 
-def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    for topics in config.reading_sets(queue):
+def pause(config: Config, queue: str, until_ms: int | None = None, *,
+          topic_sets: Sequence[TopicSet] | None = None) -> None:
+    for topics in _sets(config, queue, topic_sets):
         write(config, topics, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
-def resume(config: Config, queue: str) -> None:
-    for topics in config.reading_sets(queue):
+def resume(config: Config, queue: str, *, topic_sets: Sequence[TopicSet] | None = None) -> None:
+    for topics in _sets(config, queue, topic_sets):
         write(config, topics, PAUSE + queue, None)
 
 
-def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
+def purge(config: Config, queue: str, before_ms: int | None = None, *,
+          topic_sets: Sequence[TopicSet] | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
     before = ms_after(0) if before_ms is None else before_ms
-    for topics in config.reading_sets(queue):
+    for topics in _sets(config, queue, topic_sets):
         write(config, topics, PURGE + queue, {"before_ms": before})
     return before
+
+
+def _sets(config: Config, queue: str, topic_sets: Sequence[TopicSet] | None) -> Sequence[TopicSet]:
+    return config.reading_sets(queue) if topic_sets is None else topic_sets

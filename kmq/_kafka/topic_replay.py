@@ -109,13 +109,15 @@ class TopicReplay:
         try:
             yield from self._read(ends, total)
         finally:
-            # No fetch keeps going between calls: the next call's end-offset queries would wait behind it.
+            # Nothing fetched between calls: a fetch left waiting on the broker would hold up the next call's
+            # offset requests (one connection, requests in order) by up to fetch.wait.max.ms each.
             self._consumer.unassign()
 
     def _read(self, ends: dict[int, int], total: int) -> Iterator[KafkaMessage]:
         done, last_record, last_report = 0, time.monotonic(), time.monotonic()
         while ends:
-            batch = self._consumer.consume(1000, 0.2)
+            # consume() returns when it has as many as asked, or at the timeout: ask for no more than are left.
+            batch = self._consumer.consume(max(1, min(1000, total - done)), 0.2)
             now = time.monotonic()
             if batch:
                 last_record = now

@@ -10,13 +10,13 @@ import sys
 from confluent_kafka import KafkaError, KafkaException
 
 from kmq import _kafka, logs
-from kmq.cli import acl, audit, control, dlq, inspect, schedule, send, stats, topics, tracker, worker
+from kmq.cli import acl, audit, console, control, dlq, inspect, schedule, send, stats, topics, tracker, worker
 from kmq.cli.options import EXIT_ERROR, EXIT_USAGE, Command, Parser, add_log_options
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError
 
 #: The command groups, in the order ``kmq --help`` lists their commands.
-GROUPS = (topics, send, worker, tracker, stats, dlq, control, schedule, inspect, audit, acl)
+GROUPS = (topics, send, worker, tracker, stats, dlq, control, schedule, inspect, audit, acl, console)
 
 
 def _add_commands(subs: argparse._SubParsersAction[Parser]) -> dict[str, Command]:

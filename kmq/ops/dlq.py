@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from confluent_kafka import Message as KafkaMessage
 from confluent_kafka import TopicPartition
 
 from kmq import _kafka, wire
@@ -57,19 +58,23 @@ class DeadLetter:
 Found = list[tuple[DeadLetter, TopicPartition]]
 
 
+def dead_letter(record: KafkaMessage, queue: str, topics: TopicSet) -> DeadLetter:
+    """A record of ``topics``' dead-letter topic, of ``queue``, as a DeadLetter."""
+    headers = _kafka.header_dict(record)
+    said = wire.DeadLetterHeaders.parse(headers)
+    return DeadLetter(queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers),
+                      reason=said.reason, delivery_count=said.delivery.delivery_count,
+                      first_message_id=str(said.delivery.first_message_id or ""), dlq_id=_kafka.message_id(record),
+                      topic_set=topics.name)
+
+
 def _read(replay: TopicReplay, topics: TopicSet, queue: str, limit: int | None) -> Found:
     key = queue.encode()
     found: Found = []
     for record in replay.records():
         if record.key() != key:
             continue
-        headers = _kafka.header_dict(record)
-        said = wire.DeadLetterHeaders.parse(headers)
-        letter = DeadLetter(
-            queue=queue, payload=record.value() or b"", headers=wire.user_headers(headers), reason=said.reason,
-            delivery_count=said.delivery.delivery_count,
-            first_message_id=str(said.delivery.first_message_id or ""),
-            dlq_id=_kafka.message_id(record), topic_set=topics.name)
+        letter = dead_letter(record, queue, topics)
         found.append((letter, TopicPartition(record.topic() or "", record.partition() or 0,
                                              (record.offset() or 0) + 1)))
         if limit is not None and len(found) >= limit:
@@ -115,7 +120,7 @@ def _redrive_set(config: Config, topics: TopicSet, queue: str, limit: int | None
     with TopicReplay(config, topics, topics.dead_letters, group=topics.redrive_group(queue)) as replay:
         found = _read(replay, topics, queue, limit)
         if found:
-            _put_back(config, queue, [letter for letter, _ in found])
+            put_back(config, queue, [letter for letter, _ in found])
         # Commit only once every copy is durable: a crash in between redrives twice, never loses one. A read not
         # stopped by the limit saw everything up to the end: the next redrive starts there, not at the last letter.
         positions = replay.positions() if limit is None or len(found) < limit else _after(found)
@@ -130,7 +135,8 @@ def _redrive_set(config: Config, topics: TopicSet, queue: str, limit: int | None
         return len(found)
 
 
-def _put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
+def put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
+    """Writes each letter back onto the queue, durably (it starts again at delivery count 1, under its first id)."""
     producer = PolledProducer(_kafka.messages_producer_settings(config, "kmq-dlq-redrive"), "redrive",
                               warm_topic=config.topics_for(queue).messages)
     try:

@@ -11,7 +11,7 @@ what was read), with who holds it if it is in flight.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,35 +85,47 @@ def inspect_message(config: Config, queue: str, message_id: MessageId, *, topic_
                            f"kmq inspect {owner} {message_id}")
         first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
         copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
-        original = copies.get(first) or next(iter(copies.values()))
-        headers = wire.user_headers(_kafka.header_dict(original))
-        group = headers.pop(wire.HEADER_GROUP, None)
-        life = Life(queue, str(first), len(original.value() or b""),
-                    {k: v.decode("utf-8", "replace") for k, v in headers.items()},
-                    group=None if group is None else group.decode("utf-8", "replace"))
-        story = _Story(life, copies, first)
         # The whole queue's deliveries, as kmq stats folds them: a kafka-mq-go tracker's copy is linked to its
         # original only among all of them.
         fold = DeliveryFold()
+        markers: list[tuple[Marker, int]] = []
         for record in _records(config, topics, topics.markers, key):
             at_ms = _kafka.record_timestamp_ms(record)
-            for marker in fold.add_record(record.value(), at_ms, record.offset() or 0):
-                if marker.message_id in copies:
-                    story.marker(marker, at_ms)
+            markers.extend((m, at_ms) for m in fold.add_record(record.value(), at_ms, record.offset() or 0)
+                           if m.message_id in copies)
         records.extend(r for r in messages.records() if r.key() == key)
-    letters = []
-    for record in _records(config, topics, topics.dead_letters, key):
-        letters.append(stats.to_dead_letter(record))
+    letter_records = list(_records(config, topics, topics.dead_letters, key))
+    # The state is the one kmq stats and the audit give (one classification); the story tells how it came to be.
+    context = Context(wire.now_ms(), committed, purges, frozenset(config.at_most_once_queues))
+    found = classify(fold.deliveries, map(stats.to_record, records), map(stats.to_dead_letter, letter_records),
+                     context).get((queue, first))
+    return tell(queue, first, copies, markers, letter_records, None if found is None else found.state)
+
+
+def tell(queue: str, first: MessageId, copies: Mapping[MessageId, KafkaMessage],
+         markers: Iterable[tuple[Marker, int]], letters: Iterable[KafkaMessage], state: str | None = None) -> Life:
+    """A message's story from its own records (the original and its copies on the messages topic, by id), the
+    markers of their deliveries (each with its log time) and its dead letters, however they were read
+    (``inspect_message`` replays the topics; the console reads where it knows they are). ``state``, the
+    classification's, is the one told when the story's own ending says otherwise."""
+    original = copies.get(first) or next(iter(copies.values()))
+    headers = wire.user_headers(_kafka.header_dict(original))
+    group = headers.pop(wire.HEADER_GROUP, None)
+    life = Life(queue, str(first), len(original.value() or b""),
+                {k: v.decode("utf-8", "replace") for k, v in headers.items()},
+                group=None if group is None else group.decode("utf-8", "replace"))
+    story = _Story(life, dict(copies), first)
+    for marker, at_ms in markers:
+        if marker.message_id in copies:
+            story.marker(marker, at_ms)
+    for record in letters:
         said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
         if said.delivery.first_message_id == first:
             story.dead_letter(_kafka.record_timestamp_ms(record), str(_kafka.message_id(record)), said)
     told = story.told()
-    # The state is the one kmq stats and the audit give (one classification); the story tells how it came to be.
-    context = Context(wire.now_ms(), committed, purges, frozenset(config.at_most_once_queues))
-    found = classify(fold.deliveries, map(stats.to_record, records), letters, context).get((queue, first))
-    if found is not None and found.state != told.state:
-        held = found.state in (vocabulary.IN_FLIGHT, vocabulary.OVERDUE)
-        told.state, told.summary, told.holder = found.state, _SAYS[found.state], told.holder if held else ""
+    if state is not None and state != told.state:
+        held = state in (vocabulary.IN_FLIGHT, vocabulary.OVERDUE)
+        told.state, told.summary, told.holder = state, _SAYS[state], told.holder if held else ""
     return told
 
 

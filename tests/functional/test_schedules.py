@@ -99,8 +99,8 @@ def test_ticks_missed_while_no_tracker_ran_follow_the_policy(kmq_config: ConfigF
     at = datetime_from_ms(tick)
     schedule = Schedule(name="m", queue="jobs", cron=f"{at.minute} {at.hour} * * *", payload=b"late", missed=policy,
                         active_from_ms=tick - 2 * DAY_MS)
-    write_record(config, config.default_topics, *encode_schedule(schedule))
-    write_record(config, config.default_topics, *fired_record("m", tick - DAY_MS, tick - DAY_MS, "an old tracker"))
+    write_record(config, config.topics_for("jobs"), *encode_schedule(schedule))
+    write_record(config, config.topics_for("jobs"), *fired_record("m", tick - DAY_MS, tick - DAY_MS, "an old tracker"))
     with tracker_thread(config), service.queue("jobs").consumer() as consumer:
         got = receive_expecting(consumer, fired, timeout_s=15, linger_s=3) if fired else receive_n(consumer, 1, 5)
         for message in got:

@@ -136,6 +136,48 @@ def test_a_tracker_with_a_wrong_password_stops_at_once_saying_why(secure: Secure
     assert "tracker_waiting_for_kafka" not in done.stderr
 
 
+def test_a_console_of_tenant_a_s_set_works_with_a_s_acls_only(secure: SecureRun) -> None:
+    from kmq.console import topics
+    from kmq.console.follower import Follower
+    from kmq.console.model import Models
+    from kmq.ops.stats import control_state
+    from kmq.wire import now_ms
+    from kmq.wire import vocabulary as v
+
+    sent = secure.kmq("tenant-a", "send", "a.console", "c-{i}", "--count", "3")
+    assert sent.returncode == 0, sent.stderr
+    config = secure.config("tenant-a")
+    own = config.topic_set("tenant-a")
+    # A console of A's set (kmq console --set tenant-a) follows it on A's credentials: topics, groups, offsets
+    models = Models([own])
+    follower = Follower(config, models)
+    try:
+        follower.round()
+    finally:
+        follower.close()
+    assert (models.status.error, models.status.caught_up) == ("", True)
+    with models.lock:
+        assert models["tenant-a"].live.summary("a.console").states[v.WAITING] == 3
+        assert models["tenant-a"].workers.tracker_group is not None  # A's tracker group, described
+    # and acts on A's control topic only
+    topics.pause(config, [own], "a.console", None)
+    assert control_state(config, own).paused("a.console", now_ms())
+    topics.resume(config, [own], "a.console")
+    assert not control_state(config, own).paused("a.console", now_ms())
+    # A console of every set on A's credentials still follows A's set, and names each set it may not read
+    everything = Models(list(config.all_topic_sets))
+    follower = Follower(config, everything)
+    try:
+        follower.round()
+    finally:
+        follower.close()
+    errors = everything.status.error.split("; ")
+    assert [e.split(":")[0] for e in errors] == ["set default", "set tenant-b"], errors
+    assert all("not authorized" in e for e in errors) and not everything.status.caught_up
+    with everything.lock:
+        assert everything["tenant-a"].live.summary("a.console").states[v.WAITING] == 3
+
+
 def test_no_secret_in_any_log_line(secure: SecureRun) -> None:
     # Everything every command printed, and the worker's and tracker's logs, at debug level too
     debug = secure.kmq("tenant-a", "stats", "--set", "tenant-a", "--log-level", "debug")

@@ -17,8 +17,8 @@ from tests.helpers import ROOT, env_for, tracker_thread
 
 class GroupRun:
     def __init__(self, config: Config, tmp: Path, *, mode: str = "", work_s: float = 0.002,
-                 concurrency: int = 8) -> None:
-        self.config = config
+                 concurrency: int = 8, env: dict[str, str] | None = None) -> None:
+        self.config, self.env = config, env or {}
         Path(tmp).mkdir(parents=True, exist_ok=True)
         self.record = Path(tmp) / "runs.jsonl"
         self.mode, self.work_s, self.concurrency = mode, work_s, concurrency
@@ -53,7 +53,7 @@ class GroupRun:
                  "--concurrency", str(self.concurrency), "--backoff-base", "0.3", "--backoff-max", "0.5", *extra],
                 cwd=ROOT, env={**env_for(self.config), "KMQTEST_RECORD": str(self.record),
                                "KMQTEST_GROUP_MODE": self.mode, "KMQTEST_WORK_S": str(self.work_s),
-                               "KMQ_LOG_LEVEL": "info"},
+                               "KMQ_LOG_LEVEL": "info", **self.env},
                 stdout=subprocess.DEVNULL, stderr=log, text=True)
         self.procs.append(proc)
         return proc

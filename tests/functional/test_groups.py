@@ -196,3 +196,54 @@ def test_a_duplicate_grouped_send_is_ended_before_its_group_sees_it_and_the_grou
         assert consumer.receive(1.0) is None, "the duplicate is never handed out"
         assert consumer.deduplicated == 1
     assert got == [b"0", b"1", b"3"]
+
+
+def test_group_concurrency_two_runs_two_of_a_group_at_once_never_three(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=2, group_concurrency={"jobs": 2})
+    sent = _send(config, "jobs", groups=2, per_group=10)
+    log, running, most = GroupLog(), defaultdict(int), defaultdict(int)
+    lock = threading.Lock()
+    with Service(config).queue("jobs").consumer() as consumer:
+        def handle(message: Message) -> None:
+            group = message.group or ""
+            with lock:
+                running[group] += 1
+                most[group] = max(most[group], running[group])
+            log.run(message, 0.05)
+            with lock:
+                running[group] -= 1
+            message.ack()
+        _serve(consumer, handle, 8, log, 20)
+    assert {g: sorted({n for n, _, _ in runs}) for g, runs in log.runs.items()} == sent, "nothing lost"
+    assert dict(most) == {g: 2 for g in sent}, f"at most two of a group at once, and two did run at once: {most}"
+
+
+def test_a_group_waiting_out_a_delayed_release_holds_back_neither_other_groups_nor_ungrouped_messages(
+    kmq_config: ConfigFactory,
+) -> None:
+    # One partition: every message has the same owner, the case where a blocked group could hold the others back.
+    config = kmq_config(partitions=1)
+    with Service(config).queue("jobs").producer() as producer:
+        for n in range(3):
+            producer.send_async(b"%d" % n, group="slow")
+            for _ in range(2):
+                producer.send_async(b"%d" % n, group="fast")
+                producer.send_async(b"%d" % n)
+        assert producer.flush(30) == 0
+    log, released_at, delay_s = GroupLog(), [0.0], 3.0
+    with Service(config).queue("jobs").consumer() as consumer:
+        def handle(message: Message) -> None:
+            if message.group == "slow" and message.payload == b"0" and message.delivery_count == 1:
+                released_at[0] = time.monotonic()
+                message.release(delay_s)  # its group waits the delay out at its head
+                return
+            log.run(message, 0.005)
+            message.ack()
+        _serve(consumer, handle, 4, log, 15, timeout_s=60)
+    assert released_at[0], "the slow group's head was never handed out"
+    slow_first = min(start for _, start, _ in log.runs["slow"])
+    assert slow_first >= released_at[0] + delay_s - 0.1, "the slow group's head came back only after its delay"
+    others = [end for group in ("fast", "") for _, _, end in log.runs[group]]
+    assert len(others) == 12 and max(others) < released_at[0] + delay_s, \
+        "the other group and the ungrouped messages all ran while the slow group waited"
+    assert [n for n, _, _ in sorted(log.runs["slow"], key=lambda r: r[1])] == [0, 1, 2], "then in order"

@@ -226,6 +226,8 @@ TOP_GROUPS = 20
 def groups(model: Model, queue: str, now_ms: int, top: int = TOP_GROUPS) -> list[GroupStats]:
     """The queue's message groups with unfinished messages (``kmq stats --groups``' figures, from the live state),
     the ``top`` largest backlogs first; empty for a queue without groups."""
+    if queue not in model.live.grouped_queues:
+        return []  # without reading every message of a queue that never had a group
     lives = model.live.lives
     unfinished = (lives[key] for state in (v.WAITING, *BUSY) for key in model.live.keys(queue, state) if key in lives)
     return group_rows(unfinished, now_ms, top)

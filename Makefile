@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
 .PHONY: test-celery celery-install cluster-up cluster-down test-cluster
-.PHONY: test-audit-cluster bench-audit-scale test-secure
+.PHONY: test-audit-cluster bench-audit-scale test-secure test-groups
 
 venv install: $(STAMP)
 
@@ -32,6 +32,11 @@ unit: $(STAMP)
 
 functional: kafka-fetch
 	$(PY) -m pytest $(XDIST) tests/functional
+
+# Message groups at scale: 200 groups x 50 messages under three kmq workers, one SIGKILLed and one added, in three
+# handler modes (tests/groups; make test runs a small version).
+test-groups: kafka-fetch
+	$(PY) -m pytest tests/groups -p no:cacheprovider -o testpaths=tests/groups -s
 
 # Issue #34's long scenarios on one broker (~2.5 min): 1,000 deduplicated sends across a SIGKILLed worker, and a
 # 2 s schedule fired by two trackers across a SIGKILLed one (the leader kill is in test-cluster).

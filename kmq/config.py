@@ -165,6 +165,12 @@ class Config:
     #: Per queue, the time to live of a message sent without its own ``ttl`` (ms; YAML only). An expired message is
     #: never handed to a handler: see ``expired_messages``.
     queue_ttl_ms: Mapping[str, int] = field(default_factory=dict)
+    #: Per queue, how many messages of one message group may be in flight at once (YAML only; default 1: in order,
+    #: one at a time). More than 1 gives up order within a group: groups are then fairness keys only.
+    group_concurrency: Mapping[str, int] = field(default_factory=dict)
+    #: Grouped messages a consumer holds read and not finished (payloads in memory), past which it reads no
+    #: further until some finish: the bound on how far a group waiting on a slow message lets others get ahead.
+    group_buffer_records: int = 200_000
     #: What a consumer does with an expired message: "dead-letter" it (reason "expired") or "drop" it; both count.
     expired_messages: str = "dead-letter"
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
@@ -227,7 +233,7 @@ class Config:
                                                     f"got {self.rebalance_protocol!r}")
         _non_negative("settle_linger_ms", self.settle_linger_ms)
         for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
-                     "max_read_ahead_records",
+                     "max_read_ahead_records", "group_buffer_records",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms"):
             _positive(name, getattr(self, name))
@@ -241,6 +247,11 @@ class Config:
         for queue, ttl in self.queue_ttl_ms.items():
             _positive(f"queue_ttl_ms.{queue}", ttl)
         object.__setattr__(self, "queue_ttl_ms", MappingProxyType(dict(self.queue_ttl_ms)))
+        if not isinstance(self.group_concurrency, Mapping):
+            raise ConfigError("group_concurrency", "must be a mapping of queue name to a number of messages")
+        for queue, limit in self.group_concurrency.items():
+            _positive(f"group_concurrency.{queue}", limit)
+        object.__setattr__(self, "group_concurrency", MappingProxyType(dict(self.group_concurrency)))
         if self.expired_messages not in EXPIRED_ACTIONS:
             raise ConfigError("expired_messages", f"must be one of {', '.join(EXPIRED_ACTIONS)}, "
                                                   f"got {self.expired_messages!r}")
@@ -332,6 +343,17 @@ class Config:
         """How often a consumer writes keep-alives for a message in flight: half the redelivery timeout."""
         return self.redelivery_timeout_ms // 2
 
+    @property
+    def session_timeout_ms(self) -> int:
+        """The consumer group session timeout (``session.timeout.ms`` in ``consumer_kafka`` or ``kafka``;
+        librdkafka's default otherwise)."""
+        raw = self.consumer_kafka.get("session.timeout.ms", self.kafka.get("session.timeout.ms", 45_000))
+        return int(raw)
+
+    def group_concurrency_of(self, queue: str) -> int:
+        """How many messages of one group of ``queue`` may be in flight at once (``group_concurrency``)."""
+        return self.group_concurrency.get(queue, 1)
+
     def redacted_kafka(self) -> dict[str, str]:
         """The passthrough settings with secrets replaced, for logs."""
         return {k: ("***" if k in SECRET_KAFKA_KEYS else v) for k, v in self.kafka.items()}
@@ -342,6 +364,7 @@ class Config:
         for name in KAFKA_MAPPINGS:
             fields[name] = dict(getattr(self, name))
         fields["queue_ttl_ms"] = dict(self.queue_ttl_ms)
+        fields["group_concurrency"] = dict(self.group_concurrency)
         fields["topic_sets"] = {name: dict(spec or {}) for name, spec in self.topic_sets.items()}
         fields["routes"] = [route_data(r) if isinstance(r, Route) else dict(r) for r in self.routes]
         return (_rebuild, (fields,))
@@ -431,7 +454,7 @@ def _scalar(value: object) -> str:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.init}
 #: Fields whose YAML value is taken whole (a mapping or list of their own), never flattened into dotted keys.
-_WHOLE = ("queue_ttl_ms", "topic_sets", "routes")
+_WHOLE = ("queue_ttl_ms", "group_concurrency", "topic_sets", "routes")
 
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:

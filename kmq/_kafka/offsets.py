@@ -55,9 +55,13 @@ def watermarks(consumer: KafkaConsumer, tp: TopicPartition, timeout_s: float, wh
 
 
 def commit(consumer: Committer, offsets: Mapping[tuple[str, int], int], what: str,
-           attempts: int = COMMIT_ATTEMPTS) -> CommitOutcome:
-    """Commits ``offsets`` synchronously, retrying transient errors; FENCED when this member lost the partitions."""
-    partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+           attempts: int = COMMIT_ATTEMPTS, metadata: Mapping[tuple[str, int], str] | None = None) -> CommitOutcome:
+    """Commits ``offsets`` synchronously (each with its ``metadata``, if any), retrying transient errors; FENCED when
+    this member lost the partitions."""
+    metadata = metadata or {}
+    partitions = [TopicPartition(topic, partition, offset, metadata=metadata[(topic, partition)])
+                  if (topic, partition) in metadata else TopicPartition(topic, partition, offset)
+                  for (topic, partition), offset in offsets.items()]
     for attempt in range(1, attempts + 1):
         try:
             results = consumer.commit(offsets=partitions, asynchronous=False) or []
@@ -75,6 +79,16 @@ def commit(consumer: Committer, offsets: Mapping[tuple[str, int], int], what: st
     return CommitOutcome.FAILED
 
 
+
+
+def committed_with_metadata(consumer: Any, topic: str, partitions: list[int],
+                            timeout_s: float) -> dict[int, tuple[int, str | None]]:
+    """A group member's committed offsets of ``partitions`` (negative: none) and each commit's metadata."""
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    except KafkaException as exc:
+        raise to_kmq_error(exc, f"committed offsets of {topic!r}") from exc
+    return {tp.partition: (tp.offset, tp.metadata or None) for tp in found}
 
 
 def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:

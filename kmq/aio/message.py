@@ -73,6 +73,11 @@ class AsyncMessage:
         return self.message.time_limit
 
     @property
+    def group(self) -> str | None:
+        """The message group it was sent with, or None."""
+        return self.message.group
+
+    @property
     def deliver_at(self) -> datetime | None:
         return self.message.deliver_at
 

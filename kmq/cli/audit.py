@@ -61,6 +61,10 @@ def cmd_audit(config: Config, args: argparse.Namespace) -> int:
     print(format_table(["queue", "wait p50/p95/p99", "processing p50/p95/p99"],
                        [[name, _percentiles(d.get("wait_ms_p50_p95_p99")),
                          _percentiles(d.get("processing_ms_p50_p95_p99"))] for name, d in queues.items()]))
+    for name, data in sorted(result.get("groups", {}).items()):
+        p50 = data.get("group_p50_latency_ms_p50_p95_p99")
+        print(f"{name}: {data['groups']:,} message group(s), {data['messages']:,} grouped messages, order violations: "
+              f"{data['order_violations']:,}; the groups' median latency, ms p50/p95/p99: {_percentiles(p50)}")
     before = sum(d.get("before_window", 0) for d in result["queues"].values())
     if result["window"] is not None:
         print(f"{before:,} message(s) enqueued before the window had markers in it (not counted above)")

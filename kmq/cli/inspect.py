@@ -32,7 +32,8 @@ def cmd_inspect(config: Config, args: argparse.Namespace) -> int:
         print(json.dumps(life.as_dict(), indent=2))
         return EXIT_OK
     headers = " ".join(f"{k}={printable(v, 40)}" for k, v in life.headers.items()) or "none"
-    print(f"message {life.first_message_id} of queue {life.queue!r}: {plural(life.payload_bytes, 'byte')}, "
+    group = "" if life.group is None else f", group {printable(life.group, 60)!r}"
+    print(f"message {life.first_message_id} of queue {life.queue!r}{group}: {plural(life.payload_bytes, 'byte')}, "
           f"headers {headers}")
     for event in life.events:
         when = datetime_from_ms(event.at_ms).isoformat(timespec="milliseconds")

@@ -28,7 +28,8 @@ from kmq.errors import KmqError
 def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send = subcommand(subs, "send", "Send messages to a queue: an argument, a file, or stdin lines.",
                       "kmq send emails '{\"to\": \"a@b.c\"}'\n  kmq send emails --file job.json\n"
-                      "  cat jobs.txt | kmq send emails --stdin\n  kmq send emails load-test --count 100000")
+                      "  cat jobs.txt | kmq send emails --stdin\n  kmq send emails load-test --count 100000\n"
+                      "  kmq send invoices '{\"n\": 1}' --group account-7")
     send.add_argument("queue")
     send.add_argument("payload", nargs="?", help="the payload (UTF-8); or use --file / --stdin")
     send.add_argument("--file", type=Path, help="send this file's bytes as one message")
@@ -46,6 +47,9 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     send.add_argument("--dedup-id", metavar="ID",
                       help="deduplication id: a send of an id the queue saw within dedup_window_ms is never handed "
                            "out; with --count or --stdin, '{i}' is replaced by the message's index")
+    send.add_argument("--group", metavar="GROUP",
+                      help="message group: a group's messages are handed out in order, one at a time; with --count "
+                           "or --stdin, '{i}' is replaced by the message's index")
     send.add_argument("--ids", action="store_true", help="print each message's id (PARTITION:OFFSET), one a line")
     return {"send": Command(cmd_send, usage_error)}
 
@@ -99,9 +103,10 @@ def cmd_send(config: Config, args: argparse.Namespace) -> int:
     with Service(config).queue(args.queue).producer() as producer:
         for i, payload in enumerate(_payloads(args, skipped)):
             dedup_id = None if args.dedup_id is None else args.dedup_id.replace("{i}", str(i))
+            group = None if args.group is None else args.group.replace("{i}", str(i))
             deliveries.append(producer.send_async(payload, headers or None, delay=args.delay,
                                                   deliver_at=args.deliver_at, ttl=args.ttl,
-                                                  time_limit=args.time_limit, dedup_id=dedup_id))
+                                                  time_limit=args.time_limit, dedup_id=dedup_id, group=group))
             sent += 1
             if args.count > 1000 and time.monotonic() - last_report > 0.5 and sys.stderr.isatty():
                 last_report = time.monotonic()

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import json
 
-from kmq.cli.options import EXIT_OK, Command, Subparsers, subcommand
+from kmq.cli.options import COUNT, EXIT_OK, Command, Subparsers, subcommand
 from kmq.cli.output import clear_progress, format_table, progress
 from kmq.cli.preflight import warn_if_no_tracker
 from kmq.config import Config
@@ -22,16 +22,21 @@ def add_parsers(subs: Subparsers) -> dict[str, Command]:
     stats = subcommand(subs, "stats", "Per queue: waiting (on the topic, not yet read), in flight, their oldest "
                                       "ages, deliveries, acks, redeliveries, dead letters. Replays both topics in "
                                       "full.",
-                       "kmq stats\n  kmq stats --json --queue emails")
+                       "kmq stats\n  kmq stats --json --queue emails\n  kmq stats --groups --top 10")
     stats.add_argument("--queue", action="append", help="only these queues")
     stats.add_argument("--set", dest="topic_set", action="append", metavar="SET",
                        help="only these topic sets (default: every set; with --queue, the sets its messages may be "
                             "in)")
     stats.add_argument("--json", action="store_true")
+    stats.add_argument("--groups", action="store_true",
+                       help="per message group instead: waiting, in flight, oldest age; largest backlog first")
+    stats.add_argument("--top", type=COUNT, default=20, metavar="N", help="with --groups: N groups per queue")
     return {"stats": Command(cmd_stats)}
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
+    if args.groups:
+        return _groups(config, args)
     from kmq.ops.stats import collect, sets_to_read
 
     rows = collect(config, args.queue, progress, topic_sets=args.topic_set)
@@ -46,4 +51,21 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
         columns.insert(1, "topic_set")
     table = [[str(getattr(r, c)) for c in columns] for r in rows]
     print(format_table(columns, table))
+    return EXIT_OK
+
+
+GROUP_COLUMNS = ["queue", "group", "waiting", "in_flight", "oldest_age_s", "acked"]
+
+
+def _groups(config: Config, args: argparse.Namespace) -> int:
+    from kmq.ops.group_stats import collect_groups
+
+    rows = collect_groups(config, args.queue, args.top, topic_sets=args.topic_set)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no grouped messages")
+        return EXIT_OK
+    print(format_table(GROUP_COLUMNS, [[str(getattr(r, c)) for c in GROUP_COLUMNS] for r in rows]))
     return EXIT_OK

@@ -11,6 +11,7 @@ from kmq.errors import MessageSettledError
 from kmq.wire import (
     HEADER_DELIVER_AT,
     HEADER_EXPIRES_AT,
+    HEADER_GROUP,
     HEADER_TIME_LIMIT,
     OPTION_HEADERS,
     MessageId,
@@ -40,7 +41,8 @@ class Message:
     #: The bytes the producer sent.
     payload: bytes
     #: The record's headers (values as bytes): the producer's (``headers``), and the send options kmq wrote as
-    #: headers (``time_limit``, ``deliver_at``, ``expires_at``), which travel with it into Starts, copies and letters.
+    #: headers (``time_limit``, ``deliver_at``, ``expires_at``, ``group``), which travel with it into Starts, copies
+    #: and letters.
     record_headers: dict[str, bytes]
     #: The queue it was received from.
     queue: str
@@ -70,8 +72,8 @@ class Message:
 
     @property
     def headers(self) -> dict[str, bytes]:
-        """The producer's headers (values as bytes); kmq's send options are ``time_limit``, ``deliver_at`` and
-        ``expires_at``."""
+        """The producer's headers (values as bytes); kmq's send options are ``time_limit``, ``deliver_at``,
+        ``expires_at`` and ``group``."""
         record = self.record_headers
         if not record or not any(k in OPTION_HEADERS for k in record):
             return record
@@ -100,6 +102,13 @@ class Message:
         """After when no handler gets it (``send(ttl=…)``, or the queue's ``queue_ttl_ms``), or None."""
         raw = self.record_headers.get(HEADER_EXPIRES_AT)
         return datetime_from_ms(int(raw)) if raw else None
+
+    @property
+    def group(self) -> str | None:
+        """The message group it was sent with (``send(group=…)``), or None: its group's messages are handed out in
+        the order they were written and one at a time (see the message groups guide)."""
+        raw = self.record_headers.get(HEADER_GROUP)
+        return raw.decode(errors="replace") if raw else None
 
     @property
     def redelivered(self) -> bool:

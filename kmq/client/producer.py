@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from kmq import _kafka, otel, wire
-from kmq.config import Config
+from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError, PayloadError, PayloadTooLargeError
 from kmq.wire import MessageId
@@ -129,15 +129,17 @@ class Producer:
     def send_async(self, payload: Payload, headers: HeadersIn = None,
                    on_delivery: DeliveryCallback | None = None, *, time_limit: float | None = None,
                    delay: float | None = None, deliver_at: datetime | None = None,
-                   ttl: float | None = None, dedup_id: str | None = None) -> Delivery[MessageId]:
+                   ttl: float | None = None, dedup_id: str | None = None,
+                   group: str | None = None) -> Delivery[MessageId]:
         """Queues one message; the returned Future-like Delivery resolves to its MessageId once durable, or
         raises DeliveryError. ``time_limit`` (seconds) overrides the worker's handler time limit for it; ``delay``
         (seconds) or ``deliver_at`` (an aware datetime) hold it back from every handler until then; past ``ttl``
         seconds (default: the queue's ``queue_ttl_ms``) no handler gets it. A send whose ``dedup_id`` the queue
         saw less than ``dedup_window_ms`` before is accepted, and never handed to a handler
-        (docs/concepts/dedup.md)."""
+        (docs/concepts/dedup.md). ``group`` (a message group, e.g. an account id): the group's messages are handed
+        out in the order they were written and one at a time (docs/guides/groups.md)."""
         data, out, span, partition = self._prepare(payload, headers, time_limit=time_limit, delay=delay,
-                                                   deliver_at=deliver_at, ttl=ttl, dedup_id=dedup_id)
+                                                   deliver_at=deliver_at, ttl=ttl, dedup_id=dedup_id, group=group)
         if span is None:  # not tracing: the path of every send, kept as short as before
             future = self._client.produce_future(
                 self._topics.messages, data, self._key, out,
@@ -155,7 +157,8 @@ class Producer:
         return future
 
     def _prepare(self, payload: Payload, headers: HeadersIn, *, time_limit: float | None, delay: float | None,
-                 deliver_at: datetime | None, ttl: float | None, dedup_id: str | None = None) -> OutgoingRecord:
+                 deliver_at: datetime | None, ttl: float | None, dedup_id: str | None = None,
+                 group: str | None = None) -> OutgoingRecord:
         """A send checked and made a record (kmq's option headers, the trace context when tracing), not produced
         yet: ``kmq.aio`` produces it when librdkafka's queue has room, without blocking its event loop."""
         if self._closed:
@@ -170,8 +173,12 @@ class Producer:
         elif self._content_dedup:
             dedup_id = wire.content_dedup_id(data, out)
         partition = None
+        if group is not None:
+            partition = self._partition_of(self._check_group(group))
+            out.append((wire.HEADER_GROUP, group.encode()))
         if dedup_id is not None:
-            partition = self._partition_of(dedup_id)
+            if partition is None:
+                partition = self._partition_of(dedup_id)
             out.append((wire.HEADER_DEDUP_ID, dedup_id.encode()))
         if time_limit is not None or delay is not None or deliver_at is not None or ttl is not None \
                 or self._default_ttl_ms:
@@ -188,6 +195,17 @@ class Producer:
         the one place that chooses."""
         return partition_for(self._queue, dedup_id, self._partition_count or self._partitions())
 
+    def _check_group(self, group: object) -> str:
+        try:
+            name = wire.validate_group(group)
+        except ValueError as err:
+            raise PayloadError(str(err)) from None
+        if self._config.marker_format != MARKER_FORMAT_KMQ:
+            raise PayloadError(f"message groups need marker_format: kmq (this producer's config has "
+                               f"{self._config.marker_format!r}): kafka-mq-go's consumers and trackers cannot keep a "
+                               "group's order")
+        return name
+
     def _partitions(self) -> int:
         """The messages topic's partition count, asked once (adding partitions moves keys: docs/concepts/dedup.md)."""
         if not self._partition_count:
@@ -195,9 +213,9 @@ class Producer:
                                                                 self._topics.messages, "message"))
         return self._partition_count
 
-    def _needs_partitions(self, dedup_id: str | None) -> bool:
+    def _needs_partitions(self, dedup_id: str | None, group: str | None = None) -> bool:
         """Whether a send would look the partition count up first."""
-        return not self._partition_count and (dedup_id is not None or self._content_dedup)
+        return not self._partition_count and (dedup_id is not None or group is not None or self._content_dedup)
 
     def _produce(self, record: OutgoingRecord, block: bool = True) -> Delivery[MessageId]:
         """Produces a prepared record. ``block=False``: raises BufferError while librdkafka's queue is full instead
@@ -216,12 +234,13 @@ class Producer:
 
     def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
              time_limit: float | None = None, delay: float | None = None,
-             deliver_at: datetime | None = None, ttl: float | None = None, dedup_id: str | None = None) -> MessageId:
+             deliver_at: datetime | None = None, ttl: float | None = None, dedup_id: str | None = None,
+             group: str | None = None) -> MessageId:
         """Sends one message and waits until it is durable; raises DeliveryError on failure or timeout. See
         ``send_async`` for the keyword options."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
         future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
-                                 ttl=ttl, dedup_id=dedup_id)
+                                 ttl=ttl, dedup_id=dedup_id, group=group)
         if not self._client.wait(future, wait_s):
             raise DeliveryError(
                 f"send to queue {self._queue!r} not acknowledged within {wait_s:.0f}s: "

@@ -90,13 +90,17 @@ def queue(request: Request) -> Response:
     state = params.get("state", v.WAITING)
     if state not in views.LISTED_STATES:
         raise HTTPException(400, f"unknown state {state!r}")
+    message_group = params.get("group") or None
+    if message_group is not None and len(message_group.encode()) > wire.MAX_GROUP_BYTES:
+        raise HTTPException(400, f"a message group is at most {wire.MAX_GROUP_BYTES} UTF-8 bytes")
     now = console.clock()
     with console.models.lock:
         model = console.models[topic_set.name]
         row = views.queue_row(model, name, now, topic_set.name)
         chart = views.chart_data(model.series.chart(name, now))
         counts = {s: model.live.count(name, s) for s in views.LISTED_STATES}
-        listed = views.messages(model, name, state, _page(request), console.settings.page_size)
+        listed = views.messages(model, name, state, _page(request), console.settings.page_size, message_group)
+        groups = views.groups(model, name, now)
         group = model.workers.groups.get(name)
         purged_before = model.control.purged_before.get(name, 0)
         also_in = [other for other in console.models.sets_of(name) if other != topic_set.name]
@@ -106,6 +110,7 @@ def queue(request: Request) -> Response:
     controlled, not_served = console.control_sets(name)
     return console.render(request, "queue.html", title=name, queue=name, topic_set=topic_set, row=row, chart=chart,
                           counts=counts, state=state, listed=listed, group=group, purged_before=purged_before,
+                          groups=groups, message_group=message_group,
                           search=search, also_in=also_in, controlled=[s.name for s in controlled],
                           not_served=[s.name for s in not_served])
 

@@ -14,6 +14,7 @@ from kmq.console import series as s
 from kmq.console.letters import ANY, WAITING, Letter, LetterFilter
 from kmq.console.model import Model, Models, Status
 from kmq.console.workers import Group, Instance, Member
+from kmq.ops.group_stats import BUSY, GroupStats, group_rows
 from kmq.ops.lifecycle import Delivery, Key
 from kmq.ops.stats import QueueStats, row
 from kmq.wire import MessageId
@@ -191,6 +192,8 @@ class MessageRow:
     enqueued_ms: int | None
     deliveries: int
     holder: str
+    #: Its message group (``send(group=…)``), or None.
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +208,29 @@ class Page:
         return max(1, -(-self.total // self.size))
 
 
-def messages(model: Model, queue: str, state: str, page: int, size: int) -> Page:
-    keys = list(islice(model.live.keys(queue, state), page * size, (page + 1) * size))
-    return Page([message_row(model, key) for key in keys], page, size, model.live.count(queue, state))
+def messages(model: Model, queue: str, state: str, page: int, size: int, group: str | None = None) -> Page:
+    """A page of the queue's messages in ``state``; with ``group``, that message group's only (an acked message
+    the console no longer keeps is counted in its state but not listed under its group)."""
+    if group is None:
+        keys = list(islice(model.live.keys(queue, state), page * size, (page + 1) * size))
+        return Page([message_row(model, key) for key in keys], page, size, model.live.count(queue, state))
+    lives = model.live.lives
+    ours = [key for key in model.live.keys(queue, state) if (life := lives.get(key)) and life.group == group]
+    return Page([message_row(model, key) for key in ours[page * size:(page + 1) * size]], page, size, len(ours))
+
+
+#: The groups a queue page shows, the largest backlogs first.
+TOP_GROUPS = 20
+
+
+def groups(model: Model, queue: str, now_ms: int, top: int = TOP_GROUPS) -> list[GroupStats]:
+    """The queue's message groups with unfinished messages (``kmq stats --groups``' figures, from the live state),
+    the ``top`` largest backlogs first; empty for a queue without groups."""
+    if queue not in model.live.grouped_queues:
+        return []  # without reading every message of a queue that never had a group
+    lives = model.live.lives
+    unfinished = (lives[key] for state in (v.WAITING, *BUSY) for key in model.live.keys(queue, state) if key in lives)
+    return group_rows(unfinished, now_ms, top)
 
 
 def message_row(model: Model, key: Key) -> MessageRow:
@@ -218,7 +241,8 @@ def message_row(model: Model, key: Key) -> MessageRow:
         if d.open and found is not None:
             holder = found.instance_id
     state = model.live.state_of(key) or "unknown"
-    return MessageRow(key, state, life.enqueued_ms if life else None, life.max_delivery_count if life else 0, holder)
+    return MessageRow(key, state, life.enqueued_ms if life else None, life.max_delivery_count if life else 0, holder,
+                      life.group if life else None)
 
 
 @dataclass(frozen=True, slots=True)

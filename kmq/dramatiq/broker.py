@@ -38,6 +38,10 @@ CLOSE_TIMEOUT_S = 30.0
 #: Headers that name the Dramatiq message on its kmq record, for ``kmq inspect`` and ``kmq dlq list``.
 HEADER_ACTOR = "dramatiq-actor"
 HEADER_MESSAGE_ID = "dramatiq-message-id"
+#: The message option that puts a Dramatiq message in a kmq message group:
+#: ``actor.send_with_options(args=…, message_group="account-7")`` (Dramatiq's own ``group`` is something else:
+#: a set of messages run together).
+MESSAGE_GROUP_OPTION = "message_group"
 
 
 class KmqBroker(Broker):
@@ -109,7 +113,8 @@ class KmqBroker(Broker):
 
     def enqueue(self, message: DramatiqMessage[Any], *, delay: int | None = None) -> DramatiqMessage[Any]:
         """Sends ``message`` to its queue; ``delay`` (ms) holds it back from every worker until then (kmq's
-        delayed send: its delivery count does not grow while it waits). Returns ``message``."""
+        delayed send: its delivery count does not grow while it waits); the message option ``message_group``
+        sends it in that kmq message group (handed out in order, one at a time). Returns ``message``."""
         queue = self._queue(message.queue_name)
         self.emit_before("enqueue", message, delay)
         producer = self._producer(queue)
@@ -117,6 +122,7 @@ class KmqBroker(Broker):
             "headers": {HEADER_ACTOR: message.actor_name, HEADER_MESSAGE_ID: message.message_id},
             "delay": delay / 1000 if delay is not None and delay > 0 else None,
             "time_limit": self._time_limit_s(message),
+            "group": message.options.get(MESSAGE_GROUP_OPTION),
             # send_with_options(dedup_id=…): the first send only; a retry re-enqueues the same message to run again.
             "dedup_id": None if message.options.get("retries") else message.options.get("dedup_id"),
         }

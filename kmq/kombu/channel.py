@@ -96,10 +96,11 @@ class Channel(virtual.Channel):
         out = envelope.encode(message, datetime.now(UTC))
         producer = POOL.get(self._config, self.kmq_queue(queue))
         if self._options.confirm_publish:
-            producer.send(out.payload, out.headers, deliver_at=out.deliver_at, ttl=out.ttl_s, dedup_id=out.dedup_id)
+            producer.send(out.payload, out.headers, deliver_at=out.deliver_at, ttl=out.ttl_s, dedup_id=out.dedup_id,
+                          group=out.group)
         else:
             producer.send_async(out.payload, out.headers, on_delivery=_log_failed_publish, deliver_at=out.deliver_at,
-                                ttl=out.ttl_s, dedup_id=out.dedup_id)
+                                ttl=out.ttl_s, dedup_id=out.dedup_id, group=out.group)
 
     def basic_publish(self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any) -> Any:
         """Anonymous exchange and locally bound durable queues: kmq queues. A fanout exchange, and a named exchange

@@ -5,7 +5,9 @@ the kmq payload, unchanged. What kmq can do better than the worker's memory is r
 ``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, and kombu's ``expiration`` (milliseconds,
 AMQP's per-message TTL) becomes kmq's ``ttl``. A ``dedup_id`` header (``apply_async(headers={"dedup_id": …})``)
 becomes kmq's dedup id on the task's first send; a retry (Celery re-sends the task, ``retries`` > 0) is a new run
-of the same task, never a duplicate of it, so it goes without.
+of the same task, never a duplicate of it, so it goes without. A ``MessageGroupId`` property (what kombu's SQS
+transport sends to a FIFO queue: ``task.apply_async(..., MessageGroupId="account-7")``) or a ``kmq-group`` header
+becomes kmq's message group.
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kmq.wire import HEADER_GROUP
+
 #: A kmq header naming the Celery task, so `kmq dlq list` and `kmq inspect` show what a dead letter was.
 HEADER_TASK = "celery-task"
 HEADER_TASK_ID = "celery-task-id"
 #: The Celery message header a task's sender sets to deduplicate it (docs/guides/dedup-and-schedules.md).
 DEDUP_HEADER = "dedup_id"
+#: Where a kombu message names its message group: the property kombu's SQS transport reads for FIFO queues, or a
+#: header.
+GROUP_PROPERTY = "MessageGroupId"
+GROUP_HEADER = HEADER_GROUP
 
 Payload = dict[str, Any]
 
@@ -37,6 +45,7 @@ class Outgoing:
     deliver_at: datetime | None
     ttl_s: float | None
     dedup_id: str | None = None
+    group: str | None = None
 
 
 def encode(message: Payload, now: datetime) -> Outgoing:
@@ -47,13 +56,16 @@ def encode(message: Payload, now: datetime) -> Outgoing:
         names[HEADER_TASK] = headers["task"]
     if isinstance(headers.get("id"), str):
         names[HEADER_TASK_ID] = headers["id"]
+    properties = message.get("properties") or {}
+    group = properties.get(GROUP_PROPERTY) or headers.get(GROUP_HEADER)
     return Outgoing(
         payload=json.dumps(message, separators=(",", ":")).encode(),
         headers=names,
         deliver_at=due_time(headers.get("eta"), now),
-        ttl_s=ttl_seconds((message.get("properties") or {}).get("expiration")),
+        ttl_s=ttl_seconds(properties.get("expiration")),
         dedup_id=dedup_id if isinstance(dedup_id := headers.get(DEDUP_HEADER), str) and not headers.get("retries")
         else None,
+        group=str(group) if group else None,
     )
 
 

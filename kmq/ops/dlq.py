@@ -29,7 +29,7 @@ from kmq._kafka.topic_replay import TopicReplay
 from kmq.config import Config
 from kmq.errors import KafkaClientError
 from kmq.topic_sets import DEFAULT_SET, TopicSet
-from kmq.wire import MessageId
+from kmq.wire import MessageId, partitioning
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +142,19 @@ def put_back(config: Config, queue: str, letters: list[DeadLetter]) -> None:
     try:
         futures = []
         now_ms = wire.now_ms()
+        topic = config.topics_for(queue).messages
+        partitions = 0
         for letter in letters:
             headers = redriven_headers(letter.headers, now_ms)
             if letter.first_message_id:
                 headers.append((wire.HEADER_FIRST_ID, letter.first_message_id.encode()))
-            futures.append(producer.produce_future(config.topics_for(queue).messages, letter.payload, queue.encode(),
-                                                   headers))
+            group = letter.headers.get(wire.HEADER_GROUP)
+            partition = None
+            if group:  # a grouped message goes back to its group's partition, behind the group's later messages
+                partitions = partitions or len(_kafka.topic_partitions(producer.client, config, topic, "message"))
+                partition = partitioning.partition_for(queue, group.decode(errors="replace"), partitions)
+            futures.append(producer.produce_future(topic, letter.payload, queue.encode(), headers,
+                                                   partition=partition))
         for future in futures:
             future.result(config.connect_timeout_ms / 1000 + 20)
     finally:

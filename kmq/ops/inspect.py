@@ -58,6 +58,8 @@ class Life:
     holder: str = ""
     deliveries: int = 0
     events: list[Event] = field(default_factory=list)
+    #: Its message group (``send(group=…)``), or None: handed out in its group's order, one at a time.
+    group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,8 +109,11 @@ def tell(queue: str, first: MessageId, copies: Mapping[MessageId, KafkaMessage],
     (``inspect_message`` replays the topics; the console reads where it knows they are). ``state``, the
     classification's, is the one told when the story's own ending says otherwise."""
     original = copies.get(first) or next(iter(copies.values()))
+    headers = wire.user_headers(_kafka.header_dict(original))
+    group = headers.pop(wire.HEADER_GROUP, None)
     life = Life(queue, str(first), len(original.value() or b""),
-                {k: v.decode("utf-8", "replace") for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
+                {k: v.decode("utf-8", "replace") for k, v in headers.items()},
+                group=None if group is None else group.decode("utf-8", "replace"))
     story = _Story(life, dict(copies), first)
     for marker, at_ms in markers:
         if marker.message_id in copies:

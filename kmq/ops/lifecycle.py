@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmq.errors import MarkerDecodeError
-from kmq.wire import HEADER_DLQ_QUEUE, HEADER_DLQ_REASON, HEADER_FIRST_ID, DeliveryHeaders, MessageId
+from kmq.wire import HEADER_DLQ_QUEUE, HEADER_DLQ_REASON, HEADER_FIRST_ID, HEADER_GROUP, DeliveryHeaders, MessageId
 from kmq.wire import vocabulary as v
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import Marker
@@ -45,6 +45,13 @@ class Delivery:
     #: When its newest final End (``vocabulary.FINAL_END_EVENTS``) was written, 0 if none.
     final_end_ms: int = 0
     events: list[int] = field(default_factory=lambda: [0] * _EVENTS)
+    #: Owner-tracked (a grouped message, redelivered in place by new Starts of this record): the instance whose
+    #: Start is the newest, and the seq of that Start and of the newest marker no handler can have had after it.
+    holder: str = ""
+    last_start_seq: int = -1
+    last_unhandled_seq: int = -1
+    #: Owner-tracked: settles by an instance whose delivery a later Start superseded (a zombie's), not counted.
+    late: int = 0
 
     def count(self, *events: E) -> int:
         return sum(self.events[e] for e in events)
@@ -58,10 +65,20 @@ class Delivery:
         """Counts as delivered: no marker says no handler had it."""
         return not any(self.events[e] for e in v.UNHANDLED_EVENTS)
 
+    @property
+    def delivered(self) -> int:
+        """Hand-outs to a handler this record had: 0 or 1, or, owner-tracked, its newest Start's delivery count
+        (each earlier one counted a handler run), less one if its newest delivery ended with no handler."""
+        if self.last_start_seq < 0:
+            return int(self.handled)
+        return self.delivery_count - (self.last_unhandled_seq > self.last_start_seq)
+
 
 class DeliveryFold:
     """Markers → deliveries. ``add`` takes each marker with its log timestamp and a ``seq`` that grows along the log
-    of its partition (e.g. ``offset << 20 | index in record``). Order-independent but for the deadline."""
+    of its partition (e.g. ``offset << 20 | index in record``). Order-independent but for the deadline and, on an
+    owner-tracked record, which instance's delivery is the newest (a queue's markers are read in the order written):
+    a settle by another instance after it is late, and not counted."""
 
     def __init__(self) -> None:
         self.deliveries: dict[MessageId, Delivery] = {}
@@ -72,6 +89,8 @@ class DeliveryFold:
         found = self.deliveries.get(marker.message_id)
         if found is None:
             found = self.deliveries[marker.message_id] = Delivery(marker.message_id)
+        if marker.owner_tracked and not _owned(found, event, marker.instance_id, seq):
+            return
         found.events[event] += 1
         if event is E.START:
             # Two Starts of one record say the same; were they to differ, the least is taken (as the audit does).
@@ -106,6 +125,19 @@ class DeliveryFold:
         return (d for d in self.deliveries.values() if d.starts)
 
 
+def _owned(found: Delivery, event: E, instance_id: str, seq: int) -> bool:
+    """An owner-tracked marker of ``found``'s record: whether it counts (False: a late settle)."""
+    if event is E.START:
+        found.holder, found.last_start_seq = instance_id, max(found.last_start_seq, seq)
+        return True
+    if found.holder and instance_id != found.holder:
+        found.late += 1
+        return False
+    if event in v.UNHANDLED_EVENTS:
+        found.last_unhandled_seq = max(found.last_unhandled_seq, seq)
+    return True
+
+
 class Record(NamedTuple):
     """A messages-topic record, as the classification needs it."""
 
@@ -118,6 +150,8 @@ class Record(NamedTuple):
     enqueued_at_ms: int
     #: A digest of the payload: links a Go tracker's copy to its original.
     content: bytes = b""
+    #: Its message group (``send(group=…)``), or None.
+    group: str | None = None
 
     @property
     def enqueued_ms(self) -> int:
@@ -131,8 +165,9 @@ def to_record(message_id: MessageId, key: bytes | None, timestamp_ms: int, heade
     first = delivery.first_message_id
     # A kafka-mq-go tracker's copy is found by its payload (a digest: a copy keeps the original's).
     content = hashlib.blake2b(value or b"", digest_size=16).digest()
+    group = headers.get(HEADER_GROUP) if headers else None
     return Record(message_id, (key or b"").decode("utf-8", "replace"), timestamp_ms, first,
-                  delivery.enqueued_at_ms, content)
+                  delivery.enqueued_at_ms, content, None if group is None else group.decode("utf-8", "replace"))
 
 
 class DeadLetter(NamedTuple):
@@ -240,6 +275,8 @@ class MessageLife:
     newest_ms: dict[str, int] = field(default_factory=dict)
     state: str = ""
     scope: str = IN_WINDOW
+    #: Its message group, or None.
+    group: str | None = None
 
 
 Key = tuple[str, MessageId]
@@ -298,7 +335,7 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
     f["dedup_ends"] += ev[E.DEDUPLICATE]
     f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
     c["refused_ends"] += ev[E.REJECT]
-    c[v.DELIVERED] += d.handled
+    c[v.DELIVERED] += d.delivered
     c[v.RELEASED] += ev[E.RELEASE]
     c[v.RETURNED] += ev[E.RETURN]
     if not d.count(*v.UNCOUNTED_COPY_EVENTS):
@@ -320,6 +357,8 @@ def _add_fact(m: MessageLife, name: str, count: int, written_ms: int) -> None:
 
 def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delivery], context: Context,
                 go_copy: bool) -> None:
+    if r.group is not None:
+        m.group = r.group
     if r.first_id_header is None and not go_copy:
         m.enqueued_ms = r.timestamp_ms
         m.counters[v.PRODUCED] += 1

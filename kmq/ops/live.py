@@ -92,6 +92,8 @@ class LiveLifecycles:
         self._dirty: set[Key] = set()
         self._dirty_queues: set[str] = set()
         self._go_queues: set[str] = set()
+        #: Queues a record with a message group was seen in (a page of groups looks no further elsewhere).
+        self.grouped_queues: set[str] = set()
         self._committed: dict[str, dict[int, int]] = {}
         self._purged_before: dict[str, int] = {}
         # Lazy heaps (an entry no longer true is dropped when it reaches the top).
@@ -125,6 +127,8 @@ class LiveLifecycles:
         if self._forgotten(key):
             return
         self._records[record.message_id] = record
+        if record.group is not None:
+            self.grouped_queues.add(record.queue)
         self._member(key).records.add(record.message_id)
         self._dirty.add(key)
         heapq.heappush(self._unstarted.setdefault((record.queue, record.message_id.partition), []),

@@ -226,6 +226,10 @@ class RedeliveryTracker:
 
     def _apply_batch(self, state: PartitionState, offset: int, timestamp_ms: int, value: bytes) -> None:
         batch = decode_batch(value)
+        if batch.owner_tracked:
+            # Message groups (#33): the owner of a grouped message's partition redelivers it in place, in its
+            # group's order; a tracker keeps no deadline for it and never copies it (docs/concepts/groups.md).
+            return
         state.apply_batch(offset, timestamp_ms, batch)
         if batch.hello:
             log.info("consumer_restarted", queue=batch.key.decode(errors="replace"), client_id=batch.client_id,

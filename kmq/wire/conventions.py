@@ -22,6 +22,7 @@ __all__ = [
     "DELAY_REASON",
     "DLQ_SUFFIX",
     "EXPIRED_REASON",
+    "GROUP_COMMIT_FORMAT",
     "HEADER_DEDUP_ID",
     "HEADER_DELIVERY_COUNT",
     "HEADER_DELIVER_AT",
@@ -30,9 +31,11 @@ __all__ = [
     "HEADER_ENQUEUED_AT",
     "HEADER_EXPIRES_AT",
     "HEADER_FIRST_ID",
+    "HEADER_GROUP",
     "HEADER_TIME_LIMIT",
     "INTERNAL_HEADERS",
     "MAX_DEDUP_ID_LENGTH",
+    "MAX_GROUP_BYTES",
     "MAX_QUEUE_NAME_LENGTH",
     "OPTION_HEADERS",
     "PRIVATE_GROUP_PREFIX",
@@ -59,16 +62,20 @@ __all__ = [
     "datetime_from_ms",
     "deduplicated_reason",
     "duplicate_of",
+    "group_commit_metadata",
+    "group_of",
     "is_deduplicated",
     "max_deliveries_reason",
     "ms_after",
     "ms_from_datetime",
     "ms_from_seconds",
     "now_ms",
+    "parse_group_commit_metadata",
     "private_group",
     "redrive_group",
     "user_headers",
     "validate_dedup_id",
+    "validate_group",
     "validate_queue_name",
 ]
 
@@ -164,6 +171,12 @@ HEADER_TIME_LIMIT = "kmq-time-limit-ms"
 HEADER_DELIVER_AT = "kmq-deliver-at-ms"
 #: Optional, set by the producer (``ttl``, or the queue's default): no handler gets the message after this time.
 HEADER_EXPIRES_AT = "kmq-expires-at-ms"
+#: Optional, set by the producer (``send(group=…)``): the message group (UTF-8). A group's messages are handed out in
+#: the order they were written and one at a time (docs/concepts/groups.md); the group also picks the record's
+#: partition (kmq.wire.partitioning), so one consumer owns all of them.
+HEADER_GROUP = "kmq-group"
+#: The longest group name, in UTF-8 bytes.
+MAX_GROUP_BYTES = 255
 #: Optional, set by the producer (``send(dedup_id=…)``, or a hash of the content on a ``content_dedup_queues``
 #: queue): the send's deduplication id. A handler sees it; a redelivered copy keeps it but is never checked again.
 HEADER_DEDUP_ID = "kmq-dedup-id"
@@ -175,9 +188,28 @@ HEADER_DLQ_QUEUE = "kmq-queue"
 INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
                               HEADER_DLQ_QUEUE})
 #: The send options a producer writes as headers: a Message carries them (they travel with the payload through
-#: Starts and redelivered copies) and shows them as ``time_limit``, ``deliver_at`` and ``expires_at``, not in
-#: ``Message.headers``.
-OPTION_HEADERS = frozenset({HEADER_TIME_LIMIT, HEADER_DELIVER_AT, HEADER_EXPIRES_AT})
+#: Starts and redelivered copies) and shows them as ``time_limit``, ``deliver_at``, ``expires_at`` and ``group``,
+#: not in ``Message.headers``.
+OPTION_HEADERS = frozenset({HEADER_TIME_LIMIT, HEADER_DELIVER_AT, HEADER_EXPIRES_AT, HEADER_GROUP})
+
+
+def validate_group(group: object) -> str:
+    """``group`` if it is a usable message group name (a non-empty string of at most MAX_GROUP_BYTES UTF-8 bytes);
+    raises ValueError naming what is wrong otherwise."""
+    if not isinstance(group, str) or not group:
+        raise ValueError(f"group must be a non-empty string, got {group!r}")
+    if len(group.encode()) > MAX_GROUP_BYTES:
+        raise ValueError(f"group {group[:40]!r}... is longer than {MAX_GROUP_BYTES} bytes (UTF-8)")
+    return group
+
+
+def group_of(headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
+    """The message group named in a record's headers (as confluent-kafka gives them), or None."""
+    if headers:
+        for name, value in headers:
+            if name == HEADER_GROUP and value:
+                return value.decode(errors="replace")
+    return None
 
 
 class DeliveryHeaders(NamedTuple):
@@ -290,6 +322,34 @@ def user_headers(headers: Mapping[str, bytes]) -> dict[str, bytes]:
 #: Key of a tracker's clock probe (``marker_batch.encode_clock_probe``): a batch with no entries, so no queue's
 #: figures move; a batch needs a key, and markers keys are queue ids, so this name is taken.
 CLOCK_PROBE_KEY = b"kmq-clock-probe"
+
+# --- a queue consumer's commits (message groups) --------------------------------------------------------------------
+
+#: The commit metadata of a messages-topic partition that holds grouped messages: ``kmq-g1`` and, when some record at
+#: or after the committed offset has a marker, `` m=<offset>``: the queue's markers partition offset from which every
+#: marker of such a record can be read. The partition's next owner replays the markers from there (its grouped
+#: messages held by an earlier owner, and the records Started past the committed offset).
+GROUP_COMMIT_FORMAT = "kmq-g1"
+
+
+def group_commit_metadata(markers_offset: int | None) -> str:
+    """The commit metadata of a partition with grouped messages (see GROUP_COMMIT_FORMAT)."""
+    return GROUP_COMMIT_FORMAT if markers_offset is None else f"{GROUP_COMMIT_FORMAT} m={markers_offset}"
+
+
+def parse_group_commit_metadata(text: str | None) -> int | None:
+    """The markers offset a commit's metadata names (``m=``), or None: nothing to replay (no metadata, another
+    format's, or no record past the committed offset has a marker)."""
+    if not text or not text.startswith(GROUP_COMMIT_FORMAT):
+        return None
+    for field in text.split()[1:]:
+        if field.startswith("m="):
+            try:
+                return max(0, int(field[2:]))
+            except ValueError:
+                return None
+    return None
+
 
 # --- consumer groups -----------------------------------------------------------------------------------------
 

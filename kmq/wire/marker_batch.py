@@ -1,15 +1,17 @@
 """The batched marker codec (``marker_format: kmq``): many markers of one queue in one markers-topic record.
 
-A record value is ``BATCH_PREFIX`` (00 'K' 'B' <version>) and a ``MarkerBatch`` protobuf: version 1, or 2 when it
+A record value is ``BATCH_PREFIX`` (00 'K' 'B' <version>) and a ``MarkerBatch`` protobuf: version 1, 2 when it
 holds Starts by reference (kmq.wire.start_refs), so a version-1 reader refuses such a record (counted as malformed)
-instead of silently missing its Starts. A protobuf tag is never
-0, so a per-message decoder (kafka-mq-go's, or ``markers.decode``) rejects a batch record instead of misreading it,
-and a per-message marker never starts with 00: ``decode_record`` tells the two apart by the first byte.
+instead of silently missing its Starts, or 3 when it is about owner-tracked messages (message groups), so a reader
+that predates groups refuses it instead of redelivering a grouped message out of its group's order. A protobuf tag
+is never 0, so a per-message decoder (kafka-mq-go's, or ``markers.decode``) rejects a batch record instead of
+misreading it, and a per-message marker never starts with 00: ``decode_record`` tells the two apart by the first byte.
 Pure: no Kafka imports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any, Protocol, cast
@@ -27,7 +29,10 @@ BATCH_PREFIX = b"\x00KB" + bytes([BATCH_VERSION])
 #: The version of a batch holding Starts by reference.
 REFS_VERSION = 2
 REFS_PREFIX = b"\x00KB" + bytes([REFS_VERSION])
-_VERSIONS = (BATCH_PREFIX[3:], REFS_PREFIX[3:])
+#: The version of a record about owner-tracked messages (``MarkerBatch.owner_tracked``): message groups.
+OWNED_VERSION = 3
+OWNED_PREFIX = b"\x00KB" + bytes([OWNED_VERSION])
+_VERSIONS = (BATCH_PREFIX[3:], REFS_PREFIX[3:], OWNED_PREFIX[3:])
 #: Bytes a Start entry costs beyond its payload and headers (ids, counts, tags), for splitting batches; a Start by
 #: reference costs at most this in all.
 START_OVERHEAD_BYTES = 48
@@ -66,10 +71,12 @@ def start_size(message: Startable) -> int:
 
 
 def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startable], *,
-                  refs: Sequence[Referable] = (), client_id: str = "", instance_id: str = "") -> bytes:
+                  refs: Sequence[Referable] = (), client_id: str = "", instance_id: str = "",
+                  owner_tracked: bool = False) -> bytes:
     """One batch record holding the Starts of ``starts`` (payload and metadata to redeliver each) and of ``refs``
-    (by reference: the tracker reads the record back from the messages topic)."""
-    batch = _header(key, redeliver_after_ms, client_id, instance_id)
+    (by reference: the tracker reads the record back from the messages topic). ``owner_tracked``: Starts of
+    grouped messages, which their owner redelivers in place (trackers skip the record)."""
+    batch = _header(key, redeliver_after_ms, client_id, instance_id, owner_tracked)
     if refs:
         start_refs.fill(batch.refs, refs)
     entries = batch.starts
@@ -82,16 +89,16 @@ def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startabl
             entry.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
         for name, value in message.record_headers.items():
             entry.headers.add(key=name, value=value)
-    return (REFS_PREFIX if refs else BATCH_PREFIX) + batch.SerializeToString()
+    return (OWNED_PREFIX if owner_tracked else REFS_PREFIX if refs else BATCH_PREFIX) + batch.SerializeToString()
 
 
 def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence[MessageId] = (),
                    acks: Sequence[MessageId] = (), others: Sequence[Marker] = (), client_id: str = "",
-                   instance_id: str = "") -> bytes:
+                   instance_id: str = "", owner_tracked: bool = False) -> bytes:
     """One batch record of settles: keep-alives and acks as packed id lists, releases and Ends with a reason
     (``others``: KEEPALIVE markers with RELEASE_REASON or RETURN_REASON, END markers with a non-ACKED reason)
-    one entry each."""
-    batch = _header(key, redeliver_after_ms, client_id, instance_id)
+    one entry each. ``owner_tracked``: settles of grouped messages (trackers skip the record)."""
+    batch = _header(key, redeliver_after_ms, client_id, instance_id, owner_tracked)
     batch.keep_alive_partitions.extend([m.partition for m in keep_alives])
     batch.keep_alive_offsets.extend([m.offset for m in keep_alives])
     for marker in others:
@@ -105,7 +112,7 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
                           delay_ms=marker.redeliver_after_ms, reason=marker.reason)
     batch.ack_partitions.extend([m.partition for m in acks])
     batch.ack_offsets.extend([m.offset for m in acks])
-    return BATCH_PREFIX + batch.SerializeToString()
+    return (OWNED_PREFIX if owner_tracked else BATCH_PREFIX) + batch.SerializeToString()
 
 
 def encode_clock_probe(client_id: str) -> bytes:
@@ -121,8 +128,11 @@ def encode_hello(key: bytes, client_id: str, instance_id: str) -> bytes:
     return BATCH_PREFIX + batch.SerializeToString()
 
 
-def _header(key: bytes, redeliver_after_ms: int, client_id: str, instance_id: str) -> pb.MarkerBatch:
+def _header(key: bytes, redeliver_after_ms: int, client_id: str, instance_id: str,
+            owner_tracked: bool = False) -> pb.MarkerBatch:
     batch = pb.MarkerBatch(key=key, redeliver_after_ms=redeliver_after_ms)
+    if owner_tracked:
+        batch.owner_tracked = True
     if client_id:
         batch.client_id = client_id
     if instance_id:
@@ -141,7 +151,7 @@ StartTuple = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
 class DecodedBatch:
     """A decoded batch record, read entry by entry without building a Marker for each (the tracker's path)."""
 
-    __slots__ = ("_batch", "client_id", "hello", "instance_id", "key", "redeliver_after_ms", "refs")
+    __slots__ = ("_batch", "client_id", "hello", "instance_id", "key", "owner_tracked", "redeliver_after_ms", "refs")
 
     def __init__(self, batch: pb.MarkerBatch, refs: RefStarts = start_refs.EMPTY) -> None:
         self._batch = batch
@@ -153,6 +163,8 @@ class DecodedBatch:
         self.instance_id: str = batch.instance_id
         #: A restarted consumer's announcement (no entries): see MarkerBatch.hello.
         self.hello: bool = batch.hello
+        #: About owner-tracked (grouped) messages: their owner redelivers them, trackers skip the record.
+        self.owner_tracked: bool = batch.owner_tracked
 
     def starts(self) -> Iterator[StartTuple]:
         """Its Starts that carry their payload (``refs`` holds the others)."""
@@ -187,19 +199,23 @@ class DecodedBatch:
     def markers(self) -> Iterator[Marker]:
         """Every marker of the batch, in the order they apply."""
         key, after, client, instance = self.key, self.redeliver_after_ms, self.client_id, self.instance_id
+        owned = self.owner_tracked
         for mid, value, headers, count, first, enqueued in self.starts():
             yield Marker(MarkerType.START, mid, after, key, value, delivery_count=count, first_message_id=first,
-                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers)
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, headers=headers,
+                         owner_tracked=owned)
         refs = self.refs
         for index, (mid, enqueued) in enumerate(zip(refs.message_ids(), refs.enqueued_at_ms, strict=True)):
             count, first = refs.delivery(index, mid)
             yield Marker(MarkerType.START, mid, after, key, delivery_count=count, first_message_id=first,
-                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, reference=True)
+                         enqueued_at_ms=enqueued, client_id=client, instance_id=instance, reference=True,
+                         owner_tracked=owned)
         for mid in self.keep_alives():
-            yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance)
-        yield from self.settles()
+            yield Marker(MarkerType.KEEPALIVE, mid, after, client_id=client, instance_id=instance, owner_tracked=owned)
+        for marker in self.settles():
+            yield dataclasses.replace(marker, owner_tracked=True) if owned else marker
         for mid in self.acks():
-            yield Marker(MarkerType.END, mid, client_id=client, instance_id=instance)
+            yield Marker(MarkerType.END, mid, client_id=client, instance_id=instance, owner_tracked=owned)
 
 
 def decode_batch(data: bytes) -> DecodedBatch:

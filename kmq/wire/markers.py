@@ -72,6 +72,9 @@ class Marker(StartView):
     #: A Start by reference (kmq format only): no payload or headers here, they are on the messages topic at
     #: ``message_id``.
     reference: bool = False
+    #: About an owner-tracked (grouped) message (kmq format only, ``MarkerBatch.owner_tracked``): its owner
+    #: redelivers it in place, with a new Start of the same record.
+    owner_tracked: bool = False
 
 
 _SCALAR_FIELDS = ("redeliver_after_ms", "key", "value", "delivery_count", "enqueued_at_ms", "client_id",

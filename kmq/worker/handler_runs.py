@@ -75,7 +75,11 @@ class HandlerRuns:
         self._stop()
 
     def time_limit_expired(self, watch: Watch) -> None:
-        """On the watchdog thread: the handler's thread is interrupted right after this."""
+        """On the watchdog thread: the handler's thread is interrupted right after this. A grouped message is
+        settled once its handler really stopped (its run then ends timed out), not now: its group's next run
+        must not overlap a handler still blocked in a C call (message groups, #33)."""
+        if watch.message.group is not None:
+            return
         self._settle.timed_out(watch.message, watch.limit_s)
 
     def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:

@@ -2,7 +2,8 @@
 with messages acked, waiting, in flight (held by a consumer left open) and dead-lettered with several reasons, one
 of them carrying a script in its payload, a header and its reason; a second topic set, ``ledger``, with a queue
 routed there (acked, waiting and dead-lettered messages) and a queue moving there from the default set (messages
-waiting in both); a tracker running for each set."""
+waiting in both); a queue of message groups (``accounts``: each group's head in flight, held by a consumer left
+open, the rest waiting behind it, and one message without a group); a tracker running for each set."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ ROUTES = [{"queues": INVOICES, "set": LEDGER}, {"queues": MOVING, "set": LEDGER,
 INVOICES_ACKED, INVOICE_REASON, INVOICES_WAITING = 3, "amount missing", 2
 #: Moving's messages sent before its route (they stay in the default set) and after it (in the ledger set).
 MOVED_BEFORE, MOVED_AFTER = 3, 2
+#: The grouped queue: per group, how many messages were sent (one of each group is in flight, the rest wait).
+ACCOUNTS, ACCOUNT_GROUPS = "accounts", {"account-7": 3, "account-9": 2}
 XSS = "<script>alert(1)</script>"
 XSS_HEADER = "<img src=x onerror=alert(2)>"
 REASONS = ("invalid address: no @", "invalid address: no @", "invalid address: no @", "smtp timeout after 30 s",
@@ -77,8 +80,24 @@ def build(config: Config) -> Scenario:
     held_by = Consumer(config, "billing")
     scenario.stack.callback(held_by.close)
     scenario.held = receive_n(held_by, 2)
+    _groups(scenario)
     _second_set(scenario)
     return scenario
+
+
+def _groups(scenario: Scenario) -> None:
+    with Producer(scenario.config, ACCOUNTS) as accounts:
+        for i in range(max(ACCOUNT_GROUPS.values())):
+            for group, sent in ACCOUNT_GROUPS.items():
+                if i < sent:
+                    accounts.send(f"{group} job {i}".encode(), group=group)
+        accounts.send(b"no group")
+    held_by = Consumer(scenario.config, ACCOUNTS)
+    scenario.stack.callback(held_by.close)
+    # one at a time per group: the consumer hands out each group's first and the ungrouped one, no more
+    got = receive_n(held_by, len(ACCOUNT_GROUPS) + 1)
+    assert sorted(m.payload for m in got) == sorted([f"{g} job 0".encode() for g in ACCOUNT_GROUPS] + [b"no group"])
+    scenario.held += got
 
 
 def _second_set(scenario: Scenario) -> None:

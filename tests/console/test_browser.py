@@ -31,7 +31,8 @@ def test_the_overview_shows_every_queue_the_trackers_and_the_charts(deployment: 
     page.goto(base + "/")
     rows = [[cell.inner_text() for cell in row.query_selector_all("td")[:2]]
             for row in page.query_selector_all("table.queues tbody tr")]
-    assert sorted(map(tuple, rows)) == [("billing", "default"), ("emails", "default"), (sc.INVOICES, sc.LEDGER),
+    assert sorted(map(tuple, rows)) == [(sc.ACCOUNTS, "default"), ("billing", "default"), ("emails", "default"),
+                                        (sc.INVOICES, sc.LEDGER),
                                         (sc.MOVING, "default"), (sc.MOVING, sc.LEDGER), ("reports", "default")]
     assert page.query_selector_all(".chart canvas"), "uPlot drew no chart (a script blocked?)"
     wait_for_text(page, base + "/", ".health", "Healthy")
@@ -56,6 +57,33 @@ def test_the_queue_page_lists_messages_by_state_with_paging(deployment: Deployme
     page.goto(_queue_url(base, "billing", state="in_flight"))  # Started: 2 handed out, 3 in the consumer's buffer
     assert len(page.query_selector_all("#messages tbody tr")) == 5
     assert re.search(r":\d+", page.inner_text("#messages")), "the holder (host:pid) is shown"
+
+
+def test_the_queue_page_shows_its_message_groups_and_lists_one_group_s_messages(deployment: Deployment,
+                                                                                 page: Page) -> None:
+    base = deployment.urls[0]
+    log_in(page, base, "bob")
+    wait_for_text(page, _queue_url(base, sc.ACCOUNTS), "#groups", "account-9")
+    groups = {cells[0]: cells[1:3] for cells in ([c.inner_text() for c in row.query_selector_all("td")]
+                                                 for row in page.query_selector_all("#groups tbody tr"))}
+    assert groups == {g: [str(sent - 1), "1"] for g, sent in sc.ACCOUNT_GROUPS.items()}, groups
+    assert list(groups) == list(sc.ACCOUNT_GROUPS), "the largest backlog first"
+    screenshot(page, "queue-groups")
+    listed = [[c.inner_text() for c in row.query_selector_all("td")][1] for row in
+              page.query_selector_all("#messages tbody tr")]
+    assert sorted(listed) == ["account-7", "account-7", "account-9"], listed
+    page.click("#groups >> text=account-7")  # one group's messages: the filter keeps to it across the tabs
+    assert "Group account-7 only: 2 message(s) waiting" in page.inner_text("#group-filter")
+    assert len(page.query_selector_all("#messages tbody tr")) == 2
+    page.click("nav.tabs >> text=in flight")
+    rows = page.query_selector_all("#messages tbody tr")
+    assert [[c.inner_text() for c in r.query_selector_all("td")][1] for r in rows] == ["account-7"]
+    assert re.search(r":\d+", rows[0].inner_text()), "the holder (host:pid) is shown"
+    rows[0].query_selector("a").click()  # the message page names its group
+    assert "In message group account-7" in page.inner_text("#message-group")
+    page.goto(_queue_url(base, "emails"))
+    assert not page.query_selector("#groups"), "a queue without groups shows no groups table"
+    assert page.goto(_queue_url(base, sc.ACCOUNTS, group="x" * 256)).status == 400  # type: ignore[union-attr]
 
 
 def test_search_by_payload_header_and_id(deployment: Deployment, page: Page) -> None:
@@ -96,7 +124,10 @@ def test_the_workers_page_shows_instances_groups_and_trackers(deployment: Deploy
     default, ledger = "section[data-set=default]", f"section[data-set={sc.LEDGER}]"
     instances = wait_for_text(page, base + "/workers", f"{default} .instances", "billing")
     held = [row for row in instances.splitlines() if "billing" in row]
-    assert held and re.search(r"\b5\b", held[0]), instances  # the open consumer holds 5 (2 handed out, 3 buffered)
+    # the open consumers hold 5 of billing (2 handed out, 3 buffered) and accounts' 3 (each group's head and the
+    # ungrouped one: the groups' later messages are not Started before their turn)
+    holds = 5 + len(sc.ACCOUNT_GROUPS) + 1
+    assert held and re.search(rf"\b{holds}\b", held[0]), instances
     for section in (default, ledger):  # each set's trackers, in its own group
         trackers = page.inner_text(f"{section} .trackers")
         assert "healthy" in trackers and "nobody" not in trackers, (section, trackers)

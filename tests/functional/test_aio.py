@@ -187,3 +187,29 @@ def test_a_consumer_of_an_unreachable_broker_fails_with_the_sync_consumers_error
         await consumer.close()
 
     asyncio.run(scenario())
+
+
+def test_async_grouped_sends_come_out_in_order_one_at_a_time_per_group(kmq_config: ConfigFactory) -> None:
+    config = kmq_config(partitions=2)
+    queue = Service(config).queue("aio")
+
+    async def scenario() -> None:
+        async with queue.async_producer() as producer:
+            for n in range(4):
+                for group in ("account-7", "account-9"):
+                    await producer.send(b"%d" % n, group=group)
+        order: dict[str, list[int]] = {"account-7": [], "account-9": []}
+        async with queue.async_consumer() as consumer:
+            for n in range(4):
+                got = await receive_until(consumer, 2)
+                assert sorted(m.group or "" for m in got) == ["account-7", "account-9"], "one per group at a time"
+                assert not await consumer.receive_many(10, 0.3), "a group's next waits for its settle"
+                for message in got:
+                    order[message.group or ""].append(int(message.payload))
+                    if n == 1 and message.delivery_count == 1:
+                        await message.release()  # comes back before the group's later ones
+                    else:
+                        await message.ack()
+        assert order == {g: [0, 1, 1, 2] for g in order}, order
+
+    asyncio.run(scenario())

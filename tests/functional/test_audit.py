@@ -340,3 +340,46 @@ def test_stats_and_the_audit_give_the_same_figures_for_one_scenario_in_the_one_v
     states = {name: inspect_message(config, "jobs", got[name].message_id).state
               for name in (b"ack", b"refuse", b"poison", b"held")}
     assert states == {b"ack": v.ACKED, b"refuse": v.DEAD_LETTERED, b"poison": v.DEAD_LETTERED, b"held": v.ACKED}
+
+
+def test_grouped_messages_redelivered_in_place_give_the_same_figures_in_stats_and_the_audit_and_no_order_violation(
+    kmq_config: ConfigFactory, tmp_path: Path, spark: SparkSession
+) -> None:
+    import dataclasses
+
+    from kmq.ops.stats import collect
+    from kmq.wire import vocabulary as v
+
+    config = kmq_config(partitions=3, consumer_kafka=FAST_GROUP)
+    queue = Service(config).queue("grouped")
+    with queue.producer() as p:
+        for n in range(4):
+            for account in ("a", "b", "c"):
+                p.send(b"%d" % n, group=account)
+    done, given_back = 0, False
+    with queue.consumer() as c:
+        deadline = time.monotonic() + 60
+        while done < 12 and time.monotonic() < deadline:
+            m = c.receive(0.5)
+            if m is None:
+                continue
+            if m.payload == b"1" and m.delivery_count == 1:
+                m.release()  # in place: it comes back before message 2 of its group
+            elif m.payload == b"2" and m.group == "a" and not given_back:
+                m.give_back()  # comes back at once, its count unchanged
+                given_back = True
+            else:
+                m.ack()
+                done += 1
+        assert done == 12 and c.flush(10) == 0
+    now_ms = int(time.time() * 1000)
+    stats = dataclasses.asdict(collect(config, ["grouped"], now_ms=now_ms)[0])
+    result = run(config, AuditOptions(out_dir=tmp_path, now_ms=now_ms), spark)
+    audit = result["queues"]["grouped"]
+    shared = [f for f in (*v.STATES, *v.COUNTERS) if f in stats]
+    assert {f: stats[f] for f in shared} == {f: audit[f] for f in shared}
+    assert {k: stats[k] for k in ("acked", "delivered", "released", "returned", "redelivered")} == {
+        "acked": 12, "delivered": 15, "released": 3, "returned": 1, "redelivered": 0}
+    groups = result["groups"]["grouped"]
+    assert (groups["groups"], groups["messages"], groups["order_violations"]) == (3, 12, 0)
+    assert {g["group"] for g in groups["slowest_groups"]} == {"a", "b", "c"}

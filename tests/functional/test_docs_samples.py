@@ -282,3 +282,9 @@ def test_audit_sample(kmq_config: ConfigFactory, workdir: Path) -> None:
     assert "emails" in out
     summary = json.loads((workdir / "audit-out" / "summary.json").read_text())
     assert summary["queues"]["emails"]["acked"] == 1
+
+
+def test_groups(kmq_config: ConfigFactory, workdir: Path) -> None:
+    out = run_sample(kmq_config(partitions=3), workdir, "groups.py")
+    for account in ("account-7", "account-9"):
+        assert f"{account} ['invoice 0', 'invoice 1', 'invoice 2']" in out, out

@@ -29,13 +29,14 @@ def _expected(value: bytes, ts: int, offset: int) -> list[tuple[object, ...]]:
     try:
         decoded = decode_record(value)
     except MarkerDecodeError:
-        return [(None, MALFORMED, 0, None, ts, 0, offset << SEQ_SHIFT, 0)]
+        return [(None, MALFORMED, 0, None, ts, 0, offset << SEQ_SHIFT, 0, None)]
     rows = []
     for i, m in enumerate(decoded):
         start = m.type is MarkerType.START
         rows.append((m.queue, int(marker_event(m)), mid_long(*m.message_id),
                      mid_long(*m.first_id) if start else None, ts, ts + m.redeliver_after_ms,
-                     (offset << SEQ_SHIFT) + i, (m.delivery_count or 1) if start else 1))
+                     (offset << SEQ_SHIFT) + i, (m.delivery_count or 1) if start else 1,
+                     m.instance_id if m.owner_tracked else None))
     return rows
 
 
@@ -49,7 +50,7 @@ def test_a_kafka_mq_go_format_marker_reads_as_the_codec_and_the_vocabulary_read_
     value = encode(marker)
     expected = _expected(value, 1000, 7)
     if marker.type is not MarkerType.START:  # queue and count of a non-Start marker are not used
-        expected = [(r[0], r[1], r[2], None, r[4], r[5], r[6], 1) for r in expected]
+        expected = [(r[0], r[1], r[2], None, r[4], r[5], r[6], 1, r[8]) for r in expected]
     assert _rows(value) == expected
 
 

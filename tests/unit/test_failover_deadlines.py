@@ -85,7 +85,7 @@ def rig(redelivery_timeout_ms: int = 6000) -> tuple[InFlightMessages, MarkerWrit
     producer = FakeProducer()
     writer = MarkerWriter(config, config.marker_topic, b"q", producer)
     mono = FakeMonotonic()
-    writer.broker_time = BrokerTime(mono)
+    writer.channel.broker_time = BrokerTime(mono)
     table = InFlightMessages(config, config.default_topics, "q", writer, producer, lambda: None)
     return table, writer, producer, mono
 

@@ -92,7 +92,7 @@ def test_no_batch_is_taken_for_a_per_message_marker_by_kmq_or_by_kafka_mq_go(
 
 @pytest.mark.parametrize(("raw", "reason"), [
     (b"\x00XY\x01", "not a kmq marker batch"),
-    (b"\x00KB\x03", "unknown marker batch version 3"),
+    (b"\x00KB\x04", "unknown marker batch version 4"),
     (BATCH_PREFIX + b"\xff\xff", "not a protobuf MarkerBatch"),
     (BATCH_PREFIX, "without a key"),
     (BATCH_PREFIX + bytes.fromhex("0a 01 41 48 01"), "unequal length"),

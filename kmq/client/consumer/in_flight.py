@@ -14,21 +14,23 @@ the tracker's copy is on its way.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
 import structlog
 
-from kmq import otel, wire
+from kmq import wire
 from kmq._kafka.producer import MarkerProducer
+from kmq.client.consumer.at_most_once import write_dead_letter
+from kmq.client.consumer.keep_alive import KeepAliveLoop
 from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.settle_writer import SettleSink
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
 from kmq.topic_sets import TopicSet
-from kmq.wire import MessageId
+from kmq.wire import HEADER_GROUP, MessageId
 from kmq.wire.markers import EndReason
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -38,21 +40,26 @@ HAND_OUT_GUARD_MS = 2000
 #: How often the count of messages given back for their deadline is logged at most.
 LATE_LOG_EVERY_S = 5.0
 
+#: (message, kind, delay ms, (end reason, reason text) or None): a grouped message was settled.
+GroupSettle = Callable[[Message, str, int, "tuple[int, str] | None"], None]
+
 
 class InFlightMessages:
-    """The Settler of a consumer's Messages (``message.ack()`` lands here), any thread."""
+    """The Settler of a consumer's Messages (``message.ack()`` lands here), any thread.
+
+    A grouped message's settles go to the writer's owner-tracked sink, and ``on_group_settle`` (the consumer's
+    GroupDispatch) learns of them before they are written, so it sees the settle before the End's delivery report.
+    """
 
     def __init__(self, config: Config, topics: TopicSet, queue: str, writer: MarkerWriter,
                  dlq_producer: MarkerProducer, on_settled: Callable[[], None]) -> None:
         self._config = config
         self._topics = topics
         self._queue = queue
-        self._key = queue.encode()
         self._writer = writer
         self._dlq_producer = dlq_producer
         self._on_settled = on_settled
         self._table: dict[MessageId, Message] = {}
-        self._stop = threading.Event()
         self.closed = False
         self._after_ms = config.redelivery_timeout_ms
         self._keep_alive_ms = config.keep_alive_interval_ms
@@ -60,9 +67,12 @@ class InFlightMessages:
         self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
         self.given_back_late = 0
         self._late_logged = (0.0, 0)
+        #: Told of every settle of a grouped message: (message, kind, delay ms, (end reason, text) or None).
+        self.on_group_settle: GroupSettle = _no_groups
         writer.on_durable = self.durable
-        self._thread = threading.Thread(target=self._keep_alive_loop, name=f"kmq-keepalive-{queue}", daemon=True)
-        self._thread.start()
+        self.keep_alives = KeepAliveLoop(self._table, writer, interval_s=config.keep_alive_interval_ms / 1000,
+                                         session_timeout_s=config.session_timeout_ms / 1000, on_tick=self._tick,
+                                         name=f"kmq-keepalive-{queue}")
 
     def __len__(self) -> int:
         return len(self._table)
@@ -88,8 +98,8 @@ class InFlightMessages:
 
     def hand_out(self, messages: list[Message]) -> list[Message]:
         """Of ``messages`` about to reach a handler, those whose deadline is safely ahead; the others are given back
-        (redelivered at once by the tracker, delivery count unchanged). One close to its deadline gets a keep-alive
-        at the next tick rather than at its usual time."""
+        (redelivered at once, delivery count unchanged). One close to its deadline gets a keep-alive at the next
+        tick rather than at its usual time."""
         now_ms = self._writer.broker_time.now_ms()
         if now_ms is None:
             return messages
@@ -129,13 +139,16 @@ class InFlightMessages:
                         note="their redelivery deadline passed, or was about to, while they waited (a Kafka "
                              "failover?): redelivered instead of handed out twice")
 
-    def close(self) -> list[MessageId]:
-        """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
+    def _tick(self, now: float) -> None:
+        if self.given_back_late > self._late_logged[1] and now - self._late_logged[0] >= LATE_LOG_EVERY_S:
+            self._report_late()  # the rest of a burst, once it is over
+
+    def close(self) -> list[Message]:
+        """Stops keep-alives; every message still in flight is forgotten and returned (to give back)."""
         self.closed = True
-        self._stop.set()
-        self._thread.join()
+        self.keep_alives.stop()
         self._report_late()
-        unsettled = list(self._table)
+        unsettled = list(self._table.values())
         self._table.clear()
         return unsettled
 
@@ -147,7 +160,12 @@ class InFlightMessages:
         if owner is not message:
             self._refuse(message, owner, "ack")
         message._settled_as = "ack"
-        self._writer.ack(message.message_id)
+        if HEADER_GROUP in message.record_headers:
+            self.on_group_settle(message, "ack", 0, None)
+            self._writer.owned.ack(message.message_id)
+            self._writer.settles.wake()  # its group moves on once the End is durable: no linger
+        else:
+            self._writer.ack(message.message_id)
         self._on_settled()
 
     def _ack_many(self, messages: Iterable[Message]) -> None:
@@ -159,7 +177,12 @@ class InFlightMessages:
             owner = table.pop(message.message_id, None)
             if owner is message:
                 message._settled_as = "ack"
-                acked.append(message.message_id)
+                if HEADER_GROUP in message.record_headers:
+                    self.on_group_settle(message, "ack", 0, None)
+                    self._writer.owned.ack(message.message_id)
+                    self._writer.settles.wake()
+                else:
+                    acked.append(message.message_id)
             else:
                 refused.append((message, owner))
         self._writer.ack_many(acked)
@@ -175,40 +198,48 @@ class InFlightMessages:
 
     def _release(self, message: Message, delay_ms: int) -> None:
         self._claim(message, "release")
-        self._writer.release(message.message_id, delay_ms)
+        self._sink(message, "release", delay_ms).release(message.message_id, delay_ms)
         self._on_settled()
 
     def _give_back(self, message: Message) -> None:
         self._claim(message, "give back")
-        self._writer.give_back(message.message_id)
+        self._sink(message, "return").give_back(message.message_id)
         self._on_settled()
 
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
         try:
-            _dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
+            write_dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
         except DeliveryError:
             if not self.closed:  # unsettled again, so the caller may retry
                 message._settled_as = ""
                 self._table[message.message_id] = message
             raise
-        self._writer.end(message.message_id, EndReason.REJECTED, reason)
-        self._on_settled()
+        self._end(message, reason)
+
+    def dead_letter(self, message: Message, reason: str) -> None:
+        """Dead-letters and Ends a message no handler will have (a grouped message past ``max_deliveries``); if
+        the dead letter cannot be written it stays in flight (released at close, tried again by the next owner)."""
+        self.add(message)
+        try:
+            self._reject(message, reason)
+        except DeliveryError as err:
+            log.error("message_not_dead_lettered", queue=self._queue, message_id=str(message.message_id),
+                      error=str(err))
 
     def expire(self, message: Message, dead_letter: bool) -> None:
         """A message read after its expiry time: never handed out; dead-lettered or dropped, and Ended."""
         self._claim(message, "expire")
         if dead_letter:
             try:
-                _dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)
+                write_dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)
             except DeliveryError as err:  # stays in flight: released at close, and read (and expired) again
                 message._settled_as = ""
                 self._table[message.message_id] = message
                 log.error("expired_message_not_dead_lettered", queue=self._queue, message_id=str(message.message_id),
                           error=str(err))
                 return
-        self._writer.end(message.message_id, EndReason.REJECTED, wire.EXPIRED_REASON)
-        self._on_settled()
+        self._end(message, wire.EXPIRED_REASON)
 
     def purge(self, message: Message) -> bool:
         """Settles ``message`` without a handler (``kmq purge``); False if it was settled already."""
@@ -216,8 +247,7 @@ class InFlightMessages:
             self._claim(message, "purge")
         except KmqError:
             return False
-        self._writer.end(message.message_id, EndReason.REJECTED, wire.PURGED_REASON)
-        self._on_settled()
+        self._end(message, wire.PURGED_REASON)
         return True
 
     def purge_before(self, before_ms: int) -> int:
@@ -225,11 +255,29 @@ class InFlightMessages:
         settle then fails); returns how many."""
         return sum(self.purge(m) for m in list(self._table.values()) if m.enqueued_at_ms < before_ms)
 
+    def _end(self, message: Message, reason: str) -> None:
+        """An End (REJECTED, with ``reason``) of a claimed message."""
+        sink = self._sink(message, "end", 0, (EndReason.REJECTED.value, reason))
+        sink.end(message.message_id, EndReason.REJECTED, reason)
+        if sink is not self._writer.settles.plain:
+            self._writer.settles.wake()
+        self._on_settled()
+
+    def _sink(self, message: Message, kind: str, delay_ms: int = 0,
+              end: tuple[int, str] | None = None) -> SettleSink:
+        """Where a settle of ``message`` is written: a grouped message's goes to the owner-tracked sink, and the
+        group dispatch hears of it first."""
+        if HEADER_GROUP in message.record_headers:
+            self.on_group_settle(message, kind, delay_ms, end)
+            return self._writer.owned
+        return self._writer.settles.plain
+
     def _keep_alive(self, message: Message) -> None:
         if self._table.get(message.message_id) is not message:
             raise self._unsettleable(message, "keep alive")
         message._next_keep_alive = time.monotonic() + self._config.keep_alive_interval_ms / 1000
-        self._writer.keep_alive(message.message_id)
+        grouped = HEADER_GROUP in message.record_headers
+        (self._writer.owned if grouped else self._writer.settles.plain).keep_alive(message.message_id)
 
     def _claim(self, message: Message, how: str) -> None:
         owner = self._table.pop(message.message_id, None)
@@ -253,93 +301,6 @@ class InFlightMessages:
                                        f"{self._queue!r} is closed (it was released for redelivery)")
         return message._already_settled(how)
 
-    # --- keep-alives ------------------------------------------------------------------------------------
 
-    def _keep_alive_loop(self) -> None:
-        interval_s = self._config.keep_alive_interval_ms / 1000
-        tick_s = max(0.01, min(interval_s / 5, 1.0))
-        while not self._stop.wait(tick_s):
-            now = time.monotonic()
-            for msg in list(self._table.values()):  # list() of a dict is atomic under the GIL
-                if msg._next_keep_alive <= now:
-                    msg._next_keep_alive = now + interval_s
-                    self._writer.keep_alive(msg.message_id)
-            if self.given_back_late > self._late_logged[1] and now - self._late_logged[0] >= LATE_LOG_EVERY_S:
-                self._report_late()  # the rest of a burst, once it is over
-
-
-
-def _dead_letter(producer: MarkerProducer, config: Config, topics: TopicSet, message: Message, reason: str) -> None:
-    """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
-    delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
-    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(
-        list(message.record_headers.items()))
-    try:
-        producer.produce_future(topics.dead_letters, message.payload, message.queue.encode(), headers).result(
-            config.connect_timeout_ms / 1000 + 20)
-    except Exception as err:
-        raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
-                            f"to {topics.dead_letters!r}: {err}") from err
-    if message._span is not None:
-        otel.dead_lettered(message._span, topics.dead_letters, reason or "rejected")
-
-
-class AtMostOnceMessages:
-    """The Settler of an at-most-once queue's Messages: no Start was written, so there is nothing to end or keep
-    alive; an ack only marks the message, a reject dead-letters it, a release is refused (nothing would bring the
-    message back)."""
-
-    def __init__(self, config: Config, topics: TopicSet, dlq_producer: MarkerProducer) -> None:
-        self._config = config
-        self._topics = topics
-        self._dlq_producer = dlq_producer
-        self._lock = threading.Lock()
-
-    def _settle(self, message: Message, how: str) -> None:
-        with self._lock:  # no in-flight table to pop from: the flag itself is the claim
-            if message.settled:
-                raise message._already_settled(how)
-            message._settled_as = how
-
-    def _ack(self, message: Message) -> None:
-        self._settle(message, "ack")
-
-    def _ack_many(self, messages: Iterable[Message]) -> None:
-        refused: KmqError | None = None
-        for message in messages:
-            try:
-                self._settle(message, "ack")
-            except KmqError as err:
-                refused = refused or err
-        if refused is not None:
-            raise refused
-
-    def _release(self, message: Message, delay_ms: int) -> None:
-        raise self._cannot(message, "released")
-
-    def _give_back(self, message: Message) -> None:
-        raise self._cannot(message, "given back")
-
-    @staticmethod
-    def _cannot(message: Message, what: str) -> KmqError:
-        return KmqError(f"queue {message.queue!r} is at-most-once: message {message.message_id} cannot be {what} "
-                        "(nothing would deliver it again); ack or reject it")
-
-    def _reject(self, message: Message, reason: str) -> None:
-        self._settle(message, "reject")
-        _dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
-
-    def _keep_alive(self, message: Message) -> None:
-        pass
-
-    def purge(self, message: Message) -> bool:
-        try:
-            self._settle(message, "purge")
-        except KmqError:
-            return False
-        return True
-
-    def expire(self, message: Message, dead_letter: bool) -> None:
-        self._settle(message, "expire")
-        if dead_letter:
-            _dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)
+def _no_groups(_message: Message, _kind: str, _delay_ms: int, _end: tuple[int, str] | None) -> None:
+    pass

@@ -16,26 +16,40 @@ TopicPartitionKey = tuple[str, int]
 class OffsetBook:
     """Offsets ready to commit, and the policy for committing those that no hand-out waits for."""
 
-    __slots__ = ("_pending", "policy")
+    __slots__ = ("_at", "_pending", "policy")
 
     def __init__(self, policy: CommitPolicy) -> None:
         self._pending: dict[TopicPartitionKey, int] = {}
+        #: Per partition, the latest offset entered, committed or not.
+        self._at: dict[TopicPartitionKey, int] = {}
         self.policy = policy
 
     def advance(self, offsets: Mapping[TopicPartitionKey, int], records: int) -> None:
         """Records up to ``offsets`` (exclusive) are safe to skip; ``records`` of them were read."""
         self._pending.update(offsets)
+        self._at.update(offsets)
         self.policy.note(records)
 
     def rewind(self, first_offsets: Mapping[TopicPartitionKey, int]) -> None:
         """Records from ``first_offsets`` on go back to be read again: never commit past them."""
         for tp, offset in first_offsets.items():
-            self._pending[tp] = min(self._pending.get(tp, offset), offset)
+            self._pending[tp] = self._at[tp] = min(self._pending.get(tp, offset), offset)
+
+    def touch(self, tp: TopicPartitionKey) -> None:
+        """Commit ``tp`` again at its latest offset (what holds its commit back, message groups, moved on)."""
+        if tp in self._at and tp not in self._pending:
+            self._pending[tp] = self._at[tp]
+            self.policy.note(1)
+
+    def position(self, tp: TopicPartitionKey) -> int | None:
+        """The latest offset entered for ``tp``, committed or not."""
+        return self._at.get(tp)
 
     def forget(self, partitions: Iterable[TopicPartitionKey]) -> None:
         """Partitions this member no longer owns: their next owner commits."""
         for tp in partitions:
             self._pending.pop(tp, None)
+            self._at.pop(tp, None)
 
     def pending(self) -> dict[TopicPartitionKey, int]:
         return dict(self._pending)

@@ -42,6 +42,8 @@ DEPTH = 2
 class Screen(Protocol):
     """Takes duplicate sends out before their Starts (kmq.client.consumer.deduplicator.Deduplicator)."""
 
+    deduplicated: int
+
     def screen(self, records: list[Record]) -> tuple[list[Record], list[Delivery[MessageId]]] | None: ...
 
 
@@ -94,7 +96,7 @@ class StartPipeline:
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
                  stopping: threading.Event | None = None, write_starts: bool = True,
-                 dedup: Screen | None = None) -> None:
+                 dedup: Screen | None = None, divert: Callable[[Record], bool] | None = None) -> None:
         self._key = key
         self._intake = intake
         self._writer = writer
@@ -108,12 +110,19 @@ class StartPipeline:
         self._write_starts = write_starts
         self._dedup = dedup
         self._stopping = stopping or threading.Event()
+        #: Message groups: takes this queue's records that are the groups' concern (their offsets still count).
+        self._divert = divert
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
         self.waiting = 0
 
     def __len__(self) -> int:
         return len(self._batches)
+
+    @property
+    def deduplicated(self) -> int:
+        """Duplicate sends kept from handlers (Ended as deduplicated) since the start."""
+        return 0 if self._dedup is None else self._dedup.deduplicated
 
     def full(self) -> bool:
         return len(self._batches) >= DEPTH
@@ -135,6 +144,9 @@ class StartPipeline:
                 self._intake.put_back(records)
                 return
             own, ends = screened
+        divert = self._divert
+        if own and divert is not None:  # the message groups' records go to their ledger (their offsets still count)
+            own = [record for record in own if not divert(record)]
         if not own and not ends and not self._batches:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
             return

@@ -54,11 +54,28 @@ def _count(event: E) -> Column:
     return F.sum(F.when(F.col("event") == int(event), 1).otherwise(0))
 
 
+def without_late_settles(markers: DataFrame) -> DataFrame:
+    """Markers less the late settles of owner-tracked (grouped) records: a settle by an instance other than the one
+    whose Start is the record's newest before it (a superseded delivery's, a zombie's) is not the record's (as
+    kmq.ops.lifecycle.DeliveryFold decides it, in the markers' order)."""
+    owned = F.col("owner").isNotNull()
+    newest = Window.partitionBy("mid").orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    holder = F.last(F.when(F.col("event") == int(E.START), F.col("owner")), ignorenulls=True).over(newest)
+    kept = (markers.filter(owned).withColumn("holder", holder)
+            .filter((F.col("event") == int(E.START)) | F.col("holder").isNull() | (F.col("owner") == F.col("holder")))
+            .drop("holder"))
+    return markers.filter(~owned).unionByName(kept)
+
+
 def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
     """One row per Started record, or Ended duplicate (never Started): its counts of each marker event, first
-    Start, deadline, and what it adds to its message's facts and counters."""
+    Start, deadline, and what it adds to its message's facts and counters. An owner-tracked record (a grouped
+    message, redelivered in place) counts a delivery per handler run: its newest Start's delivery count, less one if
+    no handler had that delivery."""
+    markers = without_late_settles(markers)
     ends = [int(e) for e in v.END_EVENTS]
     start = F.col("event") == int(E.START)
+    unhandled_event = F.col("event").isin([int(e) for e in v.UNHANDLED_EVENTS])
     # Aggregates of fixed-width values only, so Spark aggregates by hash, not by sorting: the queue as a hash of
     # its name (a record's Starts all name its queue), named again through a small table.
     agg = markers.groupBy("mid").agg(
@@ -71,6 +88,8 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
                  F.when(~F.col("event").isin(ends), F.col("seq"))).alias("deadline"),
         F.min(F.when(F.col("event") == int(E.ACK), F.col("ts"))).alias("first_ack_ms"),
         F.max(F.when(F.col("event").isin([int(e) for e in v.FINAL_END_EVENTS]), F.col("ts"))).alias("final_end_ms"),
+        F.max(F.when(start & F.col("owner").isNotNull(), F.col("seq"))).alias("last_owned_start"),
+        F.max(F.when(unhandled_event, F.col("seq"))).alias("last_unhandled"),
         *[_count(e).alias(f"n_{e.name.lower()}") for e in E if e is not E.START],
     ).filter("starts > 0 OR n_deduplicate > 0")
     names = markers.filter(start).select(F.xxhash64("queue").alias("queue_id"), "queue").distinct()
@@ -98,7 +117,10 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         (n[E.REJECT] + n[E.DEAD_LETTER]).alias("dead_ends"),
         n[E.DEDUPLICATE].alias("dedup_ends"),
         n[E.REJECT].alias("refused_ends"),
-        flag(~unhandled).alias(v.DELIVERED),
+        F.when(F.col("last_owned_start").isNull(), flag(~unhandled))
+        .otherwise(F.col("delivery_count").cast("long")
+                   - flag(F.coalesce(F.col("last_unhandled") > F.col("last_owned_start"), F.lit(False))))
+        .alias(v.DELIVERED),
         n[E.RELEASE].alias(v.RELEASED),
         n[E.RETURN].alias(v.RETURNED),
         F.when(uncounted, 0).otherwise(n[E.REDELIVER]).alias("copies"),

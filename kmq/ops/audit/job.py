@@ -1,7 +1,8 @@
 """The lifecycle audit as a Spark job (``kmq audit``): reads the messages, markers and dead-letter topics with
 Spark's Kafka source over ranges fixed up front (kmq.ops.audit.reading), classifies every message in the vocabulary
 of kmq.wire.vocabulary (kmq.ops.audit.classification: the same facts and state table as ``kmq stats``), and writes
-per queue what was acked, redelivered, dead-lettered, expired, purged, still in flight or waiting, and lost.
+per queue what was acked, redelivered, dead-lettered, expired, purged, still in flight or waiting, and lost; and, for
+message groups (kmq.ops.audit.groups), order violations and each group's latency percentiles.
 
 Partition-parallel; the per-message lifecycle is written by the executors to ``lifecycle.parquet`` and the figures
 are aggregated from it: only per-queue aggregates (and acks per minute) reach the driver.
@@ -23,6 +24,8 @@ from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.ops.audit import SPARK_VERSION, chart, connector_jars
 from kmq.ops.audit.classification import Facts, lifecycles
+from kmq.ops.audit.groups import per_group
+from kmq.ops.audit.groups import summarise as summarise_groups
 from kmq.ops.audit.reading import read, snapshot
 from kmq.ops.audit.summary import acked_per_minute, summarise
 from kmq.topic_sets import TopicSet
@@ -113,12 +116,17 @@ def run(config: Config, options: AuditOptions, spark: SparkSession | None = None
         written = spark.read.parquet(where)
         queues = summarise(written)
         minutes = acked_per_minute(written)
+        grouped = per_group(topics.markers.filter("event >= 0"), topics.records)
+        if options.queues:
+            grouped = grouped.filter(grouped.queue.isin(list(options.queues)))
+        grouped.write.mode("overwrite").parquet(str(options.out_dir / "groups.parquet"))
+        groups = summarise_groups(spark.read.parquet(str(options.out_dir / "groups.parquet")))
         _summary_table(spark, queues, options.out_dir)
         read_cost = topics.cost()
     finally:
         if own:
             spark.stop()
-    result = {"queues": queues, "malformed_markers": malformed, "now_ms": now_ms,
+    result = {"queues": queues, "groups": groups, "malformed_markers": malformed, "now_ms": now_ms,
               "window": {"from_ms": options.from_ms, "to_ms": options.to_ms} if window else None,
               "topics": {name: {"topic": r.topic, "partitions": {str(p): list(o) for p, o in r.offsets.items()},
                                 **read_cost.get(name, {})}

@@ -144,7 +144,7 @@ class Settle(_message.Message):
     def __init__(self, kind: _Optional[_Union[Settle.Kind, str]] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class MarkerBatch(_message.Message):
-    __slots__ = ("key", "redeliver_after_ms", "client_id", "instance_id", "starts", "keep_alive_partitions", "keep_alive_offsets", "settles", "ack_partitions", "ack_offsets", "hello", "refs")
+    __slots__ = ("key", "redeliver_after_ms", "client_id", "instance_id", "starts", "keep_alive_partitions", "keep_alive_offsets", "settles", "ack_partitions", "ack_offsets", "hello", "refs", "owner_tracked")
     KEY_FIELD_NUMBER: _ClassVar[int]
     REDELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -157,6 +157,7 @@ class MarkerBatch(_message.Message):
     ACK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REFS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_TRACKED_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     redeliver_after_ms: int
     client_id: str
@@ -169,4 +170,5 @@ class MarkerBatch(_message.Message):
     ack_offsets: _containers.RepeatedScalarFieldContainer[int]
     hello: bool
     refs: StartRefs
-    def __init__(self, key: _Optional[bytes] = ..., redeliver_after_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., starts: _Optional[_Iterable[_Union[StartEntry, _Mapping]]] = ..., keep_alive_partitions: _Optional[_Iterable[int]] = ..., keep_alive_offsets: _Optional[_Iterable[int]] = ..., settles: _Optional[_Iterable[_Union[Settle, _Mapping]]] = ..., ack_partitions: _Optional[_Iterable[int]] = ..., ack_offsets: _Optional[_Iterable[int]] = ..., hello: _Optional[bool] = ..., refs: _Optional[_Union[StartRefs, _Mapping]] = ...) -> None: ...
+    owner_tracked: bool
+    def __init__(self, key: _Optional[bytes] = ..., redeliver_after_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., starts: _Optional[_Iterable[_Union[StartEntry, _Mapping]]] = ..., keep_alive_partitions: _Optional[_Iterable[int]] = ..., keep_alive_offsets: _Optional[_Iterable[int]] = ..., settles: _Optional[_Iterable[_Union[Settle, _Mapping]]] = ..., ack_partitions: _Optional[_Iterable[int]] = ..., ack_offsets: _Optional[_Iterable[int]] = ..., hello: _Optional[bool] = ..., refs: _Optional[_Union[StartRefs, _Mapping]] = ..., owner_tracked: _Optional[bool] = ...) -> None: ...

@@ -96,6 +96,11 @@ def test_a_bad_transport_option_is_a_config_error_naming_it(options: dict[str, o
         settings.config_from(None, None, options, env={})
 
 
+def test_a_message_group_comes_from_kombu_s_sqs_property_or_a_kmq_group_header() -> None:
+    assert envelope.encode({"headers": {}, "properties": {"MessageGroupId": "account-7"}}, NOW).group == "account-7"
+    assert envelope.encode({"headers": {"kmq-group": "account-9"}, "properties": {}}, NOW).group == "account-9"
+    assert envelope.encode({"headers": {}, "properties": {}}, NOW).group is None
+
 def test_a_dedup_id_header_deduplicates_a_tasks_first_send_but_never_its_retries() -> None:
     first = {"body": "", "headers": {"id": "t1", "task": "charge", "dedup_id": "order-991", "retries": 0}}
     assert envelope.encode(first, NOW).dedup_id == "order-991"

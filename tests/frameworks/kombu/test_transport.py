@@ -125,3 +125,33 @@ def test_a_message_unacked_when_its_channel_closes_is_given_back_uncounted(kombu
             again.ack()
     assert again.payload == {"n": 1}
     assert again.delivery_info["kmq_delivery_count"] == 1, "a message no handler ran was counted as a delivery"
+
+
+def test_a_message_group_set_as_kombu_s_sqs_transport_does_is_kept_in_order_on_one_partition(
+    conn: Any, kombu_config: Config,
+) -> None:
+    queue = kombu.Queue("grouped", routing_key="grouped")
+    with conn.channel() as channel:
+        producer = kombu.Producer(channel)
+        for n in range(6):
+            producer.publish({"n": n}, routing_key="grouped", declare=[queue],
+                             MessageGroupId="account-7" if n % 2 else "account-9")
+        kmq_queue = channel.kmq_queue("grouped")
+    records = [r for r in read_topic(kombu_config.bootstrap_servers, kombu_config.message_topic,
+                                     until=lambda rs: sum(r.key() == kmq_queue.encode() for r in rs) >= 6)
+               if r.key() == kmq_queue.encode()]
+    groups = {r.partition(): dict(r.headers() or [])["kmq-group"] for r in records}
+    assert sorted(groups.values()) == [b"account-7", b"account-9"], "one partition per group"
+    got: list[tuple[str, int]] = []
+
+    def handle(body: Any, message: Any) -> None:
+        got.append((message.properties["MessageGroupId"], body["n"]))
+        message.ack()
+
+    with kombu.Consumer(conn, [queue], callbacks=[handle]):
+        deadline = time.monotonic() + 40
+        while len(got) < 6 and time.monotonic() < deadline:
+            with contextlib.suppress(socket.timeout):
+                conn.drain_events(timeout=0.5)
+    for group, expected in (("account-7", [1, 3, 5]), ("account-9", [0, 2, 4])):
+        assert [n for g, n in got if g == group] == expected

@@ -18,9 +18,7 @@ Ends: a Go tracker's copy is linked to its original by the original's record.)
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import NamedTuple
 
@@ -35,6 +33,8 @@ from kmq.ops.lifecycle import (
     Record,
     classify,
 )
+from kmq.ops.live_index import QueueIndex
+from kmq.ops.live_members import MessageMembers
 from kmq.wire import MessageId
 from kmq.wire import vocabulary as v
 from kmq.wire.markers import Marker
@@ -49,30 +49,6 @@ class Change(NamedTuple):
     new: MessageLife | None
 
 
-@dataclass(slots=True)
-class _Members:
-    """What one message is made of: its records on the messages topic and its Started deliveries."""
-
-    records: set[MessageId] = field(default_factory=set)
-    deliveries: set[MessageId] = field(default_factory=set)
-
-
-@dataclass(slots=True)
-class _Tally:
-    """One queue's ``QueueSummary`` figures, kept by adding and taking away each message's share."""
-
-    states: Counter[str] = field(default_factory=Counter)
-    counters: Counter[str] = field(default_factory=Counter)
-
-    def add(self, m: MessageLife, sign: int) -> None:
-        self.states[m.state] += sign
-        for name, count in m.counters.items():
-            self.counters[name] += sign * count
-        self.counters[v.DUPLICATE_ACKS] += sign * max(0, m.acks - 1)
-        self.counters[v.ACKED_MORE_THAN_ONCE] += sign * (m.acks > 1)
-        self.counters[v.DELIVERED_MORE_THAN_ONCE] += sign * (m.counters[v.DELIVERED] > 1)
-
-
 class LiveLifecycles:
     """Every message's life, classified again only where something changed (see the module docstring)."""
 
@@ -81,14 +57,8 @@ class LiveLifecycles:
         self.lives: dict[Key, MessageLife] = {}
         self._at_most_once = at_most_once
         self._forget_acked = forget_acked
-        self._records: dict[MessageId, Record] = {}
-        self._letters: dict[Key, list[DeadLetter]] = {}
-        self._members: dict[Key, _Members] = {}
-        self._delivery_key: dict[MessageId, Key] = {}
-        self._by_queue: dict[str, set[Key]] = {}
-        #: queue -> state -> its messages, in the order they came to it (acked ones stay here when forgotten).
-        self._by_state: dict[str, dict[str, dict[Key, None]]] = {}
-        self._tallies: dict[str, _Tally] = {}
+        self._members = MessageMembers()
+        self._index = QueueIndex()
         self._dirty: set[Key] = set()
         self._dirty_queues: set[str] = set()
         self._go_queues: set[str] = set()
@@ -96,10 +66,10 @@ class LiveLifecycles:
         self.grouped_queues: set[str] = set()
         self._committed: dict[str, dict[int, int]] = {}
         self._purged_before: dict[str, int] = {}
-        # Lazy heaps (an entry no longer true is dropped when it reaches the top).
+        # Lazy heaps (an entry no longer true is dropped when it reaches the top): deadlines of open deliveries, and
+        # per (queue, partition) the records no committed offset has passed yet.
         self._deadlines: list[tuple[int, Key]] = []
         self._unstarted: dict[tuple[str, int], list[tuple[int, Key]]] = {}
-        self._oldest: dict[tuple[str, str], list[tuple[int, Key]]] = {}
 
     # --- what was read ---------------------------------------------------------------------------------------------
 
@@ -112,7 +82,7 @@ class LiveLifecycles:
             if not delivery.starts:
                 # A delivery counts from its Start, but an End of a record never Started (a duplicate send, Ended
                 # instead) speaks of its record's message.
-                record = self._records.get(mid)
+                record = self._members.record(mid)
                 if record is not None:
                     self._dirty.add((record.queue, record.first_id_header or mid))
                 continue
@@ -126,10 +96,9 @@ class LiveLifecycles:
         key = (record.queue, record.first_id_header or record.message_id)
         if self._forgotten(key):
             return
-        self._records[record.message_id] = record
+        self._members.add_record(key, record)
         if record.group is not None:
             self.grouped_queues.add(record.queue)
-        self._member(key).records.add(record.message_id)
         self._dirty.add(key)
         heapq.heappush(self._unstarted.setdefault((record.queue, record.message_id.partition), []),
                        (record.message_id.offset, key))
@@ -144,8 +113,7 @@ class LiveLifecycles:
         key = (letter.queue, letter.first_id)
         if self._forgotten(key):
             return
-        self._letters.setdefault(key, []).append(letter)
-        self._member(key)
+        self._members.add_letter(key, letter)
         self._dirty.add(key)
 
     def set_committed(self, committed: Mapping[str, Mapping[int, int]]) -> None:
@@ -166,7 +134,7 @@ class LiveLifecycles:
         those are classified again."""
         for queue, before in purged_before.items():
             if before > self._purged_before.get(queue, 0):
-                self._dirty.update(self._by_state.get(queue, {}).get(v.WAITING, ()))
+                self._dirty.update(self._index.in_state(queue, v.WAITING))
         self._purged_before = dict(purged_before)
 
     # --- classification --------------------------------------------------------------------------------------------
@@ -185,7 +153,7 @@ class LiveLifecycles:
         whole = self._dirty_queues | {q for q in self._go_queues if any(k[0] == q for k in self._dirty)}
         keys = {k for k in self._dirty if k[0] not in whole}
         for queue in whole:
-            keys |= self._by_queue.get(queue, set())
+            keys |= self._members.of_queue(queue)
         self._dirty, self._dirty_queues = set(), set()
         if most is not None and len(keys) > most:
             later = {k for k in keys if k[0] not in whole}
@@ -204,7 +172,7 @@ class LiveLifecycles:
             self._replace(key, old, new)
             changes.append(Change(key, old, new))
             if new is not None:
-                self._schedule(key, old, new, now_ms)
+                self._schedule(key, new, now_ms)
         return changes
 
     def _classify(self, keys: set[Key], context: Context) -> dict[Key, MessageLife]:
@@ -218,35 +186,21 @@ class LiveLifecycles:
             deliveries.update((mid, self.fold.deliveries[mid]) for mid in members.deliveries)
             # and what was said of its records never Started (classify reads an End deduplicated there)
             deliveries.update((rid, d) for rid in members.records if (d := self.fold.deliveries.get(rid)) is not None)
-            records.extend(self._records[rid] for rid in members.records)
-            letters.extend(self._letters.get(key, ()))
+            records.extend(self._members.records_of(key))
+            letters.extend(self._members.letters(key))
         return classify(deliveries, records, letters, context)
 
     def _replace(self, key: Key, old: MessageLife | None, new: MessageLife | None) -> None:
-        queue = key[0]
-        tally = self._tallies.setdefault(queue, _Tally())
-        states = self._by_state.setdefault(queue, {})
-        if old is not None:
-            tally.add(old, -1)
-            states[old.state].pop(key, None)
+        self._index.replace(key, old, new)
         if new is None:
             self.lives.pop(key, None)
-            return
-        tally.add(new, +1)
-        states.setdefault(new.state, {})[key] = None
-        if new.state == v.ACKED and self._forget_acked and queue not in self._go_queues:
+        elif new.state == v.ACKED and self._forget_acked and key[0] not in self._go_queues:
             self._forget(key)
         else:
             self.lives[key] = new
 
-    def _schedule(self, key: Key, old: MessageLife | None, m: MessageLife, now_ms: int) -> None:
-        """When this message must be classified again by itself (a deadline of an open delivery of it), and where
-        it stands among its queue's oldest waiting and in-flight messages."""
-        for state, since in ((v.WAITING, m.waiting_since_ms), (v.IN_FLIGHT, m.in_flight_since_ms)):
-            was = None if old is None or old.state != state else (
-                old.waiting_since_ms if state == v.WAITING else old.in_flight_since_ms)
-            if m.state == state and since is not None and since != was:
-                heapq.heappush(self._oldest.setdefault((key[0], state), []), (since, key))
+    def _schedule(self, key: Key, m: MessageLife, now_ms: int) -> None:
+        """When this message must be classified again by itself: a deadline of an open delivery of it."""
         members = self._members.get(key)
         if members is None:
             return
@@ -258,22 +212,18 @@ class LiveLifecycles:
     # --- what the console asks -------------------------------------------------------------------------------------
 
     def queues(self) -> list[str]:
-        return sorted(self._tallies)
+        return self._index.queues()
 
     def summary(self, queue: str) -> QueueSummary:
         """``lifecycle.summarise``'s figures for one queue (no window)."""
-        tally = self._tallies.get(queue) or _Tally()
-        return QueueSummary(states=+tally.states, counters=+tally.counters,
-                            oldest_waiting_ms=self._oldest_since(queue, v.WAITING),
-                            oldest_in_flight_ms=self._oldest_since(queue, v.IN_FLIGHT))
+        return self._index.summary(queue, self.lives)
 
     def count(self, queue: str, state: str) -> int:
-        return len(self._by_state.get(queue, {}).get(state, ()))
+        return self._index.count(queue, state)
 
     def keys(self, queue: str, state: str, newest_first: bool = True) -> Iterator[Key]:
         """The queue's messages in ``state``, by when they came to it."""
-        found = self._by_state.get(queue, {}).get(state, {})
-        return iter(reversed(found) if newest_first else found)
+        return self._index.keys(queue, state, newest_first)
 
     def state_of(self, key: Key) -> str | None:
         life = self.lives.get(key)
@@ -283,32 +233,33 @@ class LiveLifecycles:
 
     def key_of(self, message_id: MessageId) -> Key | None:
         """The message that a record or delivery id belongs to (a forgotten acked message: by its first id only)."""
-        record = self._records.get(message_id)
+        record = self._members.record(message_id)
         if record is not None:
             return record.queue, record.first_id_header or message_id
-        if message_id in self._delivery_key:
-            return self._delivery_key[message_id]
-        return next(((q, message_id) for q in self._by_state if self._forgotten((q, message_id))), None)
+        key = self._members.delivery_key(message_id)
+        if key is not None:
+            return key
+        return next(((q, message_id) for q in self._index.queues() if self._forgotten((q, message_id))), None)
 
     def record_ids(self, key: Key) -> list[MessageId]:
         members = self._members.get(key)
         return sorted(members.records | members.deliveries) if members else []
 
     def record(self, message_id: MessageId) -> Record | None:
-        return self._records.get(message_id)
+        return self._members.record(message_id)
 
     def deliveries(self, key: Key) -> list[tuple[MessageId, Delivery]]:
         members = self._members.get(key)
         return sorted((mid, self.fold.deliveries[mid]) for mid in members.deliveries) if members else []
 
     def dead_letters(self, key: Key) -> list[DeadLetter]:
-        return list(self._letters.get(key, ()))
+        return list(self._members.letters(key))
 
     # --- bookkeeping -----------------------------------------------------------------------------------------------
 
     def _key_of(self, mid: MessageId, d: Delivery) -> Key:
         """As classify keys a delivery: by its record if read, else by its Start."""
-        r = self._records.get(mid)
+        r = self._members.record(mid)
         return (r.queue, r.first_id_header or mid) if r is not None else (d.queue, d.first_id or mid)
 
     def _place_delivery(self, mid: MessageId, d: Delivery) -> None:
@@ -316,51 +267,19 @@ class LiveLifecycles:
         if self._forgotten(key):
             self.fold.deliveries.pop(mid, None)
             return
-        was = self._delivery_key.get(mid)
-        if was is not None and was != key:
-            self._members[was].deliveries.discard(mid)
-            self._dirty.add(was)
-        self._delivery_key[mid] = key
-        self._member(key).deliveries.add(mid)
+        moved_from = self._members.place_delivery(mid, key)
+        if moved_from is not None:
+            self._dirty.add(moved_from)
         self._dirty.add(key)
 
-    def _member(self, key: Key) -> _Members:
-        found = self._members.get(key)
-        if found is None:
-            found = self._members[key] = _Members()
-            self._by_queue.setdefault(key[0], set()).add(key)
-        return found
-
     def _forgotten(self, key: Key) -> bool:
-        return self._forget_acked and key not in self._members and key in self._by_state.get(key[0], {}).get(
-            v.ACKED, {})
+        return self._forget_acked and key not in self._members and key in self._index.in_state(key[0], v.ACKED)
 
     def _forget(self, key: Key) -> None:
         self.lives.pop(key, None)
-        members = self._members.pop(key, None)
-        self._by_queue.get(key[0], set()).discard(key)
-        self._letters.pop(key, None)
-        if members is None:
-            return
-        for rid in members.records:
-            self._records.pop(rid, None)
-        for mid in members.deliveries:
+        for mid in self._members.forget(key):
             self.fold.deliveries.pop(mid, None)
-            self._delivery_key.pop(mid, None)
 
     def _pop_below(self, heap: list[tuple[int, Key]] | None, bound: int) -> None:
         while heap and heap[0][0] < bound:
             self._dirty.add(heapq.heappop(heap)[1])
-
-    def _oldest_since(self, queue: str, state: str) -> int:
-        heap = self._oldest.get((queue, state))
-        while heap:
-            since, key = heap[0]
-            life = self.lives.get(key)
-            held = life is not None and life.state == state and since == (
-                life.waiting_since_ms if state == v.WAITING else life.in_flight_since_ms)
-            if held:
-                return since
-            heapq.heappop(heap)
-        return 0
-

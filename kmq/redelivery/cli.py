@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import structlog
@@ -22,6 +23,8 @@ from kmq.redelivery.tracker import RedeliveryTracker
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 WAIT_FOR_BROKER_S = 5.0
+#: How often the watchdog looks at the loop.
+WATCH_EVERY_S = 5.0
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -59,19 +62,36 @@ def run(config: Config) -> int:
     server = None
     if config.metrics_port:  # bound first: a port in use fails at once, before the tracker joins its group
         server = serve(metrics.registry, config.metrics_host, config.metrics_port,
-                       lambda: tracker.health() if tracker is not None else "starting")
+                       lambda: tracker.health() if tracker is not None else "starting",
+                       live=lambda: tracker.liveness() if tracker is not None else None)
     try:
         if not wait_for_topics(config, stop):
             return EXIT_OK
         tracker = RedeliveryTracker(config, metrics=metrics)
         if stop.is_set():
             tracker.stop()
+        threading.Thread(target=watch_loop, args=(tracker, stop), name="kmq-tracker-watchdog", daemon=True).start()
         tracker.run()
     finally:
+        stop.set()
         if server is not None:
             server.shutdown()
             server.server_close()
     return EXIT_OK
+
+
+def watch_loop(tracker: RedeliveryTracker, done: threading.Event, every_s: float = WATCH_EVERY_S,
+               exit_process: Callable[[int], object] = os._exit) -> None:
+    """A loop blocked in a call that does not return cannot stop itself: once it has not turned for LOOP_STALL_S
+    this thread ends the process with one line, for its supervisor to restart it (its next owner of each markers
+    partition rebuilds from the last commit: nothing is lost, copies not yet Ended may be made again)."""
+    while not done.wait(every_s):
+        stalled = tracker.stalled()
+        if stalled is not None:
+            log.error("tracker_fatal", error=f"{stalled}: exiting for a restart")
+            print(f"kmq-redelivery-tracker: error: {stalled}: exiting for a restart", file=sys.stderr, flush=True)
+            exit_process(EXIT_ERROR)
+            return
 
 
 def wait_for_topics(config: Config, stop: threading.Event) -> bool:

@@ -23,17 +23,19 @@ from typing import Any
 import structlog
 
 from kmq import otel
+from kmq._kafka.group_view import KafkaGroupAdmin
 from kmq._kafka.offsets import group_members
 from kmq._kafka.topics import check_topics
 from kmq.client.consumer import Consumer
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
-from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, TrackerPresence, serve
+from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, TrackerPresence, first_problem, serve
 from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
 from kmq.worker.async_runner import AsyncServe, call_async, is_coroutine_handler
 from kmq.worker.dispatch import Dispatcher
 from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner, load_handler
+from kmq.worker.health import WorkerHealth
 from kmq.worker.metrics import ThreadSlot, WorkerMetrics
 from kmq.worker.prefetch import PrefetchWindow
 from kmq.worker.settle import Backoff, SettlePolicy
@@ -240,6 +242,7 @@ class Worker:
         config = self.config
         tracker = TrackerPresence(lambda: group_members(config, config.tracker_group, PROBE_TIMEOUT_S),
                                   config.tracker_group)
+        unassigned = WorkerHealth(config, lambda: self._consumers, KafkaGroupAdmin(config), time.monotonic)
 
         def health() -> str | None:
             if self._stop.is_set():
@@ -253,9 +256,11 @@ class Worker:
             failed = next((c.failure for c in self._consumers if c.failure), None)
             # At-most-once queues need no tracker (nothing of theirs is ever redelivered).
             needs_tracker = any(q not in config.at_most_once_queues for q in self.queues)
-            return failed or probes[0]() or (tracker() if needs_tracker else None)
+            return failed or first_problem(probes[0], unassigned.ready,
+                                           tracker if needs_tracker else lambda: None)
 
-        return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health)
+        return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health,
+                     live=lambda: unassigned.live() if self._consumers else None)
 
     # --- a worker thread --------------------------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class FakeGroupClient:
     failing: dict[str, int] = field(default_factory=dict)
     hang_on_close: bool = False
     closed: bool = False
+    #: The member id the group coordinator gave this member (None: not in the group).
+    member_id: str | None = "member-1"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- scripting ---------------------------------------------------------------------------------------
@@ -149,6 +151,9 @@ class FakeGroupClient:
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         return _metadata(topic or self.topic, self.partitions)
+
+    def memberid(self) -> str | None:
+        return self.member_id
 
     def close(self) -> None:
         self.closed = True

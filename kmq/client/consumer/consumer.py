@@ -140,6 +140,10 @@ class Consumer:
         """Messages-topic partitions this consumer owns now."""
         return self._membership.assigned
 
+    def held_nothing_for_s(self) -> float:
+        """Seconds this consumer has held no messages-topic partition (0 while it holds some): for health checks."""
+        return self._membership.held_nothing_for_s()
+
     @property
     def rebalances(self) -> int:
         """Rebalance callbacks seen (assign, revoke, lost)."""

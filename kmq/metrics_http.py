@@ -184,11 +184,14 @@ def serve(registry: CollectorRegistry, host: str, port: int, health: Health,
                 kind = "text/plain"
             else:
                 body, status, kind = b"not found\n", 404, "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the prober gave up waiting (a check can take its probe's timeout): nothing to tell it
 
         def log_message(self, format: str, *args: object) -> None:
             return

@@ -54,9 +54,10 @@ _BROKERS = ExitStack()
 
 
 def _wants_a_broker(config: pytest.Config) -> bool:
-    """Unit-only runs (every path under tests/unit) start no broker."""
+    """Unit-only runs (every path under tests/unit) start no broker, nor do fault runs (tests/faults starts brokers
+    of its own, listening in network namespaces)."""
     paths = config.args or list(config.getini("testpaths"))
-    return any("unit" not in Path(str(path)).parts for path in paths)
+    return any(not {"unit", "faults"} & set(Path(str(path)).parts) for path in paths)
 
 
 def pytest_configure(config: pytest.Config) -> None:

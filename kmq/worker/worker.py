@@ -195,6 +195,7 @@ class Worker:
                 self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
                                                                _limit_setter(consumer))
                 self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
+                self.metrics.late_acks[consumer.queue] = _late_acks_of(consumer)
                 consumers.append(consumer)
         except BaseException:
             for consumer in consumers:
@@ -366,6 +367,10 @@ def _end_run(slot: ThreadSlot, started: float, queue: str) -> float:
 
 def _in_flight_of(consumer: Consumer) -> Callable[[], float]:
     return lambda: consumer.in_flight
+
+
+def _late_acks_of(consumer: Consumer) -> Callable[[], int]:
+    return lambda: consumer.late_acks
 
 
 def _limit_setter(consumer: Consumer) -> Callable[[int], None]:

@@ -140,6 +140,12 @@ class Consumer:
         """Messages-topic partitions this consumer owns now."""
         return self._membership.assigned
 
+    @property
+    def late_acks(self) -> int:
+        """Acks made after their message's redelivery deadline (this process was frozen or cut off from Kafka while
+        the handler ran): the tracker may have delivered those messages again (``kmq_late_acks_total``)."""
+        return self._in_flight.late_acks
+
     def held_nothing_for_s(self) -> float:
         """Seconds this consumer has held no messages-topic partition (0 while it holds some): for health checks."""
         return self._membership.held_nothing_for_s()

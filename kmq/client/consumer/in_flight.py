@@ -58,6 +58,10 @@ class InFlightMessages:
         self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
         self.given_back_late = 0
         self._late_logged = (0.0, 0)
+        #: Acks made after the message's redelivery deadline (a zombie: this process frozen or cut off while its
+        #: handler ran): the tracker may have delivered it again meanwhile.
+        self.late_acks = 0
+        self._late_acks_logged = (0.0, 0)
         writer.on_durable = self.durable
         self._thread = threading.Thread(target=self._keep_alive_loop, name=f"kmq-keepalive-{queue}", daemon=True)
         self._thread.start()
@@ -127,6 +131,21 @@ class InFlightMessages:
                         note="their redelivery deadline passed, or was about to, while they waited (a Kafka "
                              "failover?): redelivered instead of handed out twice")
 
+    def _check_late(self, deadlines: Sequence[int]) -> None:
+        """Counts the acks whose deadline the broker's clock may have passed, and says so now and then."""
+        if not deadlines:
+            return
+        now_ms = self._writer.broker_time.now_ms()
+        late = 0 if now_ms is None else sum(1 for d in deadlines if d < now_ms)
+        if not late:
+            return
+        self.late_acks += late
+        if time.monotonic() - self._late_acks_logged[0] >= LATE_LOG_EVERY_S:
+            log.warning("late_acks", queue=self._queue, count=self.late_acks - self._late_acks_logged[1],
+                        total=self.late_acks, note="acked after their redelivery deadline (this process was frozen "
+                        "or cut off from Kafka while their handlers ran): the tracker may have delivered them again")
+            self._late_acks_logged = (time.monotonic(), self.late_acks)
+
     def close(self) -> list[MessageId]:
         """Stops keep-alives; every message still in flight is forgotten and its id returned (to give back)."""
         self.closed = True
@@ -146,21 +165,26 @@ class InFlightMessages:
             self._refuse(message, owner, "ack")
         message._settled_as = "ack"
         self._writer.ack(message.message_id)
+        if message._deadline_ms:
+            self._check_late((message._deadline_ms,))
         self._on_settled()
 
     def _ack_many(self, messages: Iterable[Message]) -> None:
         """Acks the batch in one step (one append of ids for the writer); those that cannot be acked (settled
         already, or the consumer closed) are left as they are, and the first is named in the error raised once
         the rest are acked."""
-        table, acked, refused = self._table, [], []
+        table, acked, refused, deadlines = self._table, [], [], []
         for message in messages:
             owner = table.pop(message.message_id, None)
             if owner is message:
                 message._settled_as = "ack"
                 acked.append(message.message_id)
+                if message._deadline_ms:
+                    deadlines.append(message._deadline_ms)
             else:
                 refused.append((message, owner))
         self._writer.ack_many(acked)
+        self._check_late(deadlines)
         on_settled = self._on_settled
         for _ in acked:
             on_settled()

@@ -1,7 +1,8 @@
 """MarkersGroup: a tracker replica's membership of its group over the markers topic.
 
 Replicas share the markers partitions through consumer group ``kafka-mq-redelivery`` (GroupMembership: assign,
-revoke, lost). This part holds the group consumer and what it does for the tracker: partitions assigned are handed
+revoke, lost). This part holds the group consumer and what it does for the tracker: its client errors (a group it
+cannot join is fatal; the rest are said every few seconds while they last); partitions assigned are handed
 to OwnedPartitions (their rebuild starts at once, inside the callback); revoked ones are committed first, so the next
 owner starts from the oldest Start still in flight; and it commits each partition's oldest in-flight Start on the
 commit policy, only when that offset moved since it was last sent. An idle tracker then sends no commits, and after a
@@ -21,6 +22,7 @@ from kmq import _kafka
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import GroupClient
 from kmq._kafka.group import GroupMembership
+from kmq._util import Throttle
 from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.redelivery.clock import Monotonic
@@ -30,6 +32,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 BATCH = 1000
 MIN_COMMIT_INTERVAL_S = 0.1
+#: How often the tracker says it cannot reach the broker.
+COMPLAIN_EVERY_S = 5.0
 
 
 class MarkersGroup:
@@ -39,11 +43,14 @@ class MarkersGroup:
 
     def __init__(self, config: Config, consumer_for: Callable[[dict[str, Any]], GroupClient], client_id: str,
                  owned: OwnedPartitions, fold: Callable[[Sequence[Any]], int], monotonic: Monotonic, *,
-                 on_assigned: Callable[[], None], on_error: Callable[[KafkaError], None]) -> None:
+                 on_assigned: Callable[[], None], on_fatal: Callable[[KmqError], None]) -> None:
         self._topic = config.marker_topic
+        self._bootstrap_servers = config.bootstrap_servers
         self._owned = owned
         self._fold = fold
         self._on_assigned_hook = on_assigned
+        self._on_fatal = on_fatal
+        self._complaints = Throttle(COMPLAIN_EVERY_S, monotonic)
         # At most every MIN_COMMIT_INTERVAL_S however many markers come: a commit holds the loop ~1 ms while
         # librdkafka fetches (measured), and at kafka-mq-go's 1,000 markers a commit that was 50 commits a second.
         self._policy = CommitPolicy(config.num_offsets_per_commit, config.tracker_commit_interval_ms / 1000,
@@ -58,7 +65,7 @@ class MarkersGroup:
         self.consumer = consumer_for({
             **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "error_cb": on_error, "on_commit": self._on_commit,
+            "error_cb": self._on_client_error, "on_commit": self._on_commit,
         })
         self.membership.subscribe(self.consumer, [self._topic])
 
@@ -120,8 +127,15 @@ class MarkersGroup:
         except (KafkaException, RuntimeError):
             return None
 
-    def cannot_join(self, err: KafkaError) -> KmqError | None:
-        return self.membership.cannot_join(err)
+    def _on_client_error(self, err: KafkaError) -> None:
+        cannot_join = self.membership.cannot_join(err)
+        if cannot_join is not None:
+            self._on_fatal(cannot_join)
+            return
+        # Repeats many times a second while the broker is away: say it every few seconds, with what we wait for.
+        if self._complaints.due():
+            log.warning("tracker_waiting_for_kafka", bootstrap_servers=self._bootstrap_servers,
+                        error=err.str(), code=err.name(), assigned=sorted(self._owned))
 
     def close(self) -> None:
         try:

@@ -18,12 +18,11 @@ import time
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kmq import _kafka, wire
 from kmq._kafka.factory import ClientFactory, ControlClient, KafkaClients, ProducerClient
 from kmq._kafka.group_view import GroupAdmin, KafkaGroupAdmin
-from kmq._util import Throttle
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.errors import KafkaClientError, KmqError
 from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe
@@ -45,8 +44,6 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 #: The longest the loop sleeps when nothing at all is pending (no deadline, no redelivery, no partition rebuilding):
 #: an idle tracker wakes twice a second, not twenty times.
 IDLE_POLL_S = 0.5
-#: How often the tracker says it cannot reach the broker.
-COMPLAIN_EVERY_S = 5.0
 #: After SIGTERM: time to finish redeliveries under way, write their Ends, commit and leave, even with the broker
 #: down (what is unfinished then is redelivered by the next owner).
 SHUTDOWN_S = 10.0
@@ -111,10 +108,9 @@ class RedeliveryTracker:
                   if config.marker_format == MARKER_FORMAT_KMQ else None)
         self._expiry = Expiry(self._owned, probes, monotonic, config.max_deliveries,
                               lambda: control.state.purged_before)
-        self._complaints = Throttle(COMPLAIN_EVERY_S, monotonic)
         self._publisher = StatePublisher(self.metrics, monotonic) if config.metrics_port > 0 else None
         self._group = MarkersGroup(config, factory.group_consumer, client_id, self._owned, self._fold.fold, monotonic,
-                                   on_assigned=self._gc.pause, on_error=self._on_client_error)
+                                   on_assigned=self._gc.pause, on_fatal=self._fail)
         admin = group_admin or KafkaGroupAdmin(config)
         self._health = TrackerHealth(
             config, broker=BrokerProbe(markers.client, config.marker_topic,
@@ -195,23 +191,16 @@ class RedeliveryTracker:
         """A replica out of its group (or given nothing) while markers partitions have no tracker, for longer than
         ``unassigned_exit_ms``: it stops, and ``run()`` raises, for its supervisor to start it again."""
         reason = self._health.exit_reason()
-        if reason is not None and self._fatal is None:
-            self._fatal = KafkaClientError(
-                f"{reason}: exiting for a restart (unassigned_exit_ms={self.config.unassigned_exit_ms})")
-            log.error("tracker_fatal", error=str(self._fatal))
-            self.stop()
+        if reason is not None:
+            self._fail(KafkaClientError(
+                f"{reason}: exiting for a restart (unassigned_exit_ms={self.config.unassigned_exit_ms})"))
 
-    def _on_client_error(self, err: KafkaError) -> None:
-        cannot_join = self._group.cannot_join(err)
-        if cannot_join is not None and self._fatal is None:
-            self._fatal = cannot_join
-            log.error("tracker_fatal", error=str(cannot_join))
+    def _fail(self, error: KmqError) -> None:
+        """Stops for good: ``run()`` raises ``error`` once everything is handed back (the first error wins)."""
+        if self._fatal is None:
+            self._fatal = error
+            log.error("tracker_fatal", error=str(error))
             self.stop()
-            return
-        # Repeats many times a second while the broker is away: say it every few seconds, with what we wait for.
-        if self._complaints.due():
-            log.warning("tracker_waiting_for_kafka", bootstrap_servers=self.config.bootstrap_servers,
-                        error=err.str(), code=err.name(), assigned=sorted(self._owned))
 
     # --- stopping ---------------------------------------------------------------------------------------
 

@@ -179,7 +179,7 @@ class Rig:
 
     # --- the end -------------------------------------------------------------------------------------------
 
-    def finish(self, fault: str, *, faulted_pids: set[int], drain_s: float = 90.0, idle_s: float = 20.0) -> Verdict:
+    def finish(self, fault: str, *, faulted_pids: set[int], drain_s: float = 90.0, idle_s: float = 10.0) -> Verdict:
         """Stops the producer, waits for every confirmed message to be handled, measures an idle stretch, stops
         everything and reads the verdict."""
         assert self.fault is not None, "no fault was marked"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -357,3 +358,16 @@ def receive(consumer: Any, n: int, timeout_s: float = 5.0) -> list[Any]:
     while len(got) < n and time.monotonic() < deadline:
         got += consumer.receive_many(n - len(got), timeout=0.1)
     return got
+
+
+@contextmanager
+def running(tracker: Any) -> Iterator[Any]:
+    """A RedeliveryTracker's ``run()`` on a thread for the body of the ``with``; stopped (and joined) after it."""
+    thread = threading.Thread(target=tracker.run, daemon=True)
+    thread.start()
+    try:
+        yield tracker
+    finally:
+        tracker.stop()
+        thread.join(10)
+        assert not thread.is_alive(), "the tracker did not stop"

@@ -16,7 +16,7 @@ from kmq.redelivery.tracker import RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.markers import Marker, MarkerType, encode
 from tests.markers_io import wait_for
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, running
 
 
 def _config(**fields: object) -> Config:
@@ -33,15 +33,8 @@ def _start(offset: int, message: int, payload: bytes, written_ms_ago: int) -> Re
 
 @contextmanager
 def _running(clients: FakeClients, **fields: object) -> Iterator[RedeliveryTracker]:
-    tracker = RedeliveryTracker(_config(**fields), clients=clients, stop_timeout_s=1.0)
-    thread = threading.Thread(target=tracker.run, daemon=True)
-    thread.start()
-    try:
+    with running(RedeliveryTracker(_config(**fields), clients=clients, stop_timeout_s=1.0)) as tracker:
         yield tracker
-    finally:
-        tracker.stop()
-        thread.join(10)
-        assert not thread.is_alive(), "the tracker did not stop"
 
 
 def test_an_overdue_start_is_redelivered_once_its_partition_is_rebuilt_and_a_revoke_commits_its_offset() -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -21,7 +19,7 @@ from kmq.redelivery.tracker import RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles, encode_starts
 from tests.markers_io import wait_for
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, running
 from tests.unit.fakes import FakeStart
 
 
@@ -47,18 +45,6 @@ class WaitLog:
         return [timeout for at, timeout in self.calls if at >= started]
 
 
-@contextmanager
-def _running(tracker: RedeliveryTracker) -> Iterator[RedeliveryTracker]:
-    thread = threading.Thread(target=tracker.run, daemon=True)
-    thread.start()
-    try:
-        yield tracker
-    finally:
-        tracker.stop()
-        thread.join(10)
-        assert not thread.is_alive(), "the tracker did not stop"
-
-
 def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_ended() -> None:
     # Given a burst of Starts by reference with a 300 ms deadline, all acknowledged at once
     group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
@@ -67,7 +53,7 @@ def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_en
     group.rebalance("assign", [0])
     refs = [FakeStart(MessageId(0, i), b"") for i in range(500)]
     now = wire.now_ms()
-    with _running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)) as tracker:
+    with running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)) as tracker:
         assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
         group.feed([Record("mk", 0, 0, b"q", encode_starts(b"q", 300, [], refs=refs), timestamp_ms=now),
                     Record("mk", 0, 1, b"q", encode_settles(b"q", 0, acks=[r.message_id for r in refs]),
@@ -137,7 +123,7 @@ def test_a_standby_replica_holding_nothing_while_others_serve_every_partition_is
     admin = FakeGroupAdmin(_view({"member-1", "member-2"}, {0, 1, 2}))
     tracker = RedeliveryTracker(_config(unassigned_unhealthy_ms=100, unassigned_exit_ms=300),
                                 clients=FakeClients(group), stop_timeout_s=1.0, group_admin=admin)
-    with _running(tracker):
+    with running(tracker):
         time.sleep(0.8)
         assert tracker.health() is None and tracker.liveness() is None and not tracker.stopped
     assert admin.asked >= 1
@@ -153,7 +139,7 @@ def _run_keeping_error(tracker: RedeliveryTracker, errors: list[BaseException]) 
 def test_an_idle_tracker_commits_an_offset_once_not_every_interval() -> None:
     group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
     group.rebalance("assign", [0])
-    with _running(RedeliveryTracker(_config(tracker_commit_interval_ms=50), clients=FakeClients(group),
+    with running(RedeliveryTracker(_config(tracker_commit_interval_ms=50), clients=FakeClients(group),
                                     stop_timeout_s=1.0)) as tracker:
         assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
         time.sleep(0.6)

@@ -76,7 +76,8 @@ class Namespace:
 class Lab:
     """Makes namespaces for one run and removes every one of them on ``close()`` (a context manager)."""
 
-    prefix: str = field(default_factory=lambda: f"{PREFIX}{os.getpid()}")
+    #: ``kmqf<pid>x``: the x ends the pid, so one run's names never start with another's prefix.
+    prefix: str = field(default_factory=lambda: f"{PREFIX}{os.getpid()}x")
     namespaces: dict[str, Namespace] = field(default_factory=dict)
     _flaps: list[tuple[threading.Event, threading.Thread]] = field(default_factory=list)
 
@@ -142,11 +143,11 @@ class Lab:
 
 
 def sweep(prefix: str = PREFIX) -> list[str]:
-    """Removes the namespaces and links of runs that died without cleaning up (named ``<prefix><pid>``, pid no
+    """Removes the namespaces and links of runs that died without cleaning up (named ``<prefix><pid>x…``, pid no
     longer alive); returns what it removed. A live run's are left alone."""
     removed = []
     for name in _named(prefix):
-        owner = name[len(prefix):].split("-")[0].split("h")[0].split("n")[0]
+        owner = name[len(prefix):].split("x")[0]
         if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
             ip("link", "del", name, check=False)
             ip("netns", "del", name, check=False)

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
 .PHONY: test-celery celery-install cluster-up cluster-down test-cluster
-.PHONY: test-audit-cluster bench-audit-scale
+.PHONY: test-audit-cluster bench-audit-scale test-secure
 
 venv install: $(STAMP)
 
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kmq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
 	@touch $@
 
 kafka-fetch: $(STAMP)
@@ -32,6 +32,12 @@ unit: $(STAMP)
 
 functional: kafka-fetch
 	$(PY) -m pytest $(XDIST) tests/functional
+
+# Issue #34's long scenarios on one broker (~2.5 min): 1,000 deduplicated sends across a SIGKILLed worker, and a
+# 2 s schedule fired by two trackers across a SIGKILLed one (the leader kill is in test-cluster).
+.PHONY: test-dedup
+test-dedup: kafka-fetch
+	$(PY) -m pytest tests/dedup -p no:cacheprovider -o testpaths=tests/dedup -s
 
 # The audit on a Spark standalone cluster (a master and two workers from pyspark's own distribution) against local
 # mode and the generator's ground truth.
@@ -77,6 +83,10 @@ test-faults: kafka-fetch
 .PHONY: test-soak
 test-soak: kafka-fetch
 	$(PY) -m pytest tests/faults/test_soak.py -p no:cacheprovider -o testpaths=tests/faults -s -m soak --basetemp=$(FAULT_DIR)
+# Tenants on a secured broker (SASL_SSL, SCRAM-SHA-512, a throwaway CA, the StandardAuthorizer): each tenant's
+# credentials do its own work, every attempt on another tenant's queues fails in one line, no secret is logged.
+test-secure: kafka-fetch
+	$(PY) -m pytest tests/secure -p no:cacheprovider -o testpaths=tests/secure
 
 demo: kafka-fetch
 	$(PY) -m kmq.demo
@@ -135,3 +145,17 @@ $(DOCS_STAMP): $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The web console in a real browser against a real broker (tests/console): Playwright drives Debian's chromium,
+# installed here from the machine's packages (Playwright's own browser download is never used). Screenshots of the
+# main pages land in docs/images/console/ (docs/guides/console.md).
+.PHONY: test-console
+CONSOLE_STAMP := $(VENV)/.console-stamp
+
+$(CONSOLE_STAMP): $(STAMP)
+	@test -x /usr/bin/chromium || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
+	$(PY) -m pip install -q -e '.[dev,console,console-tests]'
+	@touch $@
+
+test-console: kafka-fetch $(CONSOLE_STAMP)
+	$(PY) -m pytest tests/console -p no:cacheprovider -o testpaths=tests/console

@@ -1,9 +1,9 @@
 """kmq: SQS-style queues with per-message acknowledgement on Apache Kafka.
 
 The package's rooms, from the bottom up (imports only go down; ``make lint`` checks it with import-linter):
-``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``config`` → ``_kafka`` (the confluent-kafka
-edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent of each other)
-→ ``service``, ``cli``, ``demo``. See docs/architecture.md.
+``errors``, ``logs``, ``delivery`` → ``wire`` (the wire format) → ``topic_sets`` → ``config`` → ``_kafka`` (the
+confluent-kafka edge) → ``client`` (producer, consumer, message) → ``worker`` · ``redelivery`` · ``ops`` (independent
+of each other) → ``service``, ``cli``, ``demo``. See docs/architecture.md.
 """
 
 from kmq import logs
@@ -11,6 +11,8 @@ from kmq.client import Consumer, Message, Producer
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import (
+    AuthenticationError,
+    AuthorizationError,
     ClientIdInUseError,
     ConfigError,
     ConsumerClosedError,
@@ -23,12 +25,14 @@ from kmq.errors import (
     PayloadError,
     PayloadTooLargeError,
     Reject,
+    ScheduleError,
     TimeLimitExceeded,
     TopicError,
     UndeliveredMarkersError,
 )
 from kmq.redelivery import RedeliveryTracker
 from kmq.service import Queue, Service
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.worker import Backoff, Handler, Worker
 
@@ -51,7 +55,10 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "Delivery",
     "Message",
     "MessageId",
+    "TopicSet",
     # errors (all rooted at KmqError; TimeLimitExceeded is a BaseException, like KeyboardInterrupt)
+    "AuthenticationError",
+    "AuthorizationError",
     "ClientIdInUseError",
     "ConfigError",
     "ConsumerClosedError",
@@ -64,6 +71,7 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "PayloadError",
     "PayloadTooLargeError",
     "Reject",
+    "ScheduleError",
     "TimeLimitExceeded",
     "TopicError",
     "UndeliveredMarkersError",

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from kmq.errors import ConfigError
-from kmq.wire import CONSUMER_GROUP_PREFIX, TRACKER_GROUP, consumer_group
+from kmq.topic_sets import DEFAULT_SET, Route, Routing, TopicSet, parse_routes, parse_sets, route_data
+from kmq.wire import CONSUMER_GROUP_PREFIX, PRIVATE_GROUP_PREFIX, REDRIVE_GROUP_PREFIX, TRACKER_GROUP, consumer_group
+from kmq.wire.control import control_topic
 
 MAX_REDELIVERY_TIMEOUT_MS = 12 * 60 * 60 * 1000
+#: Bounds of the group session timeout ``session_follows_redelivery`` derives: the broker's default minimum
+#: (group.min.session.timeout.ms) and librdkafka's default.
+SESSION_TIMEOUT_BOUNDS_MS = (6_000, 45_000)
+#: A poison message is dead-lettered after this many deliveries unless told otherwise (Celery's autoretry stops after
+#: 3 retries, Dramatiq after 20, RabbitMQ quorum queues after 20 deliveries): with the worker's default backoff
+#: (1 s doubling, 300 s at most) the last of 10 deliveries comes about 8 minutes after the first.
+DEFAULT_MAX_DELIVERIES = 10
 #: ``marker_format`` values: kmq's batched records (default), or kafka-mq-go's one record per marker.
 MARKER_FORMAT_KMQ = "kmq"
 MARKER_FORMAT_KAFKA_MQ_GO = "kafka-mq-go"
@@ -36,6 +46,11 @@ OTHER_ENV = frozenset({"KMQ_CONFIG", "KMQ_LOG_LEVEL", "KMQ_CACHE_DIR", "KMQ_BROK
                        "KMQ_BENCH_ONLY", "KMQ_DEMO_LOGS", "KMQ_AUDIT_DRIVER_MEMORY", "KMQ_CLUSTER_BOOTSTRAP_SERVERS",
                        "KMQ_FAULT_RATE", "KMQ_FAULT_REDELIVERY_TIMEOUT_MS", "KMQ_FAULT_SESSION_TIMEOUT_MS",
                        "KMQ_FAULT_HANDLER"})
+#: The web console's own variables (kmq.console.settings checks them).
+CONSOLE_ENV_PREFIX = "KMQ_CONSOLE_"
+
+#: The fields holding librdkafka settings: for every client, for consumers, for the messages producers.
+KAFKA_MAPPINGS = ("kafka", "consumer_kafka", "producer_kafka")
 
 # librdkafka settings kmq sets itself; passing them through `kafka` would break its guarantees.
 OWNED_KAFKA_KEYS = frozenset({
@@ -123,8 +138,10 @@ class Config:
     next_message_timeout_ms: int = 1_000
     #: Larger payloads are refused with PayloadTooLargeError.
     max_payload_bytes: int = 900_000
-    #: Deliveries after which a message is dead-lettered instead of redelivered; 0 = never (SQS maxReceiveCount).
-    max_deliveries: int = 0
+    #: Deliveries after which a message is dead-lettered (reason ``failed N time(s), last: …`` from a worker, ``max
+    #: deliveries (N) reached`` from a tracker) instead of redelivered: a poison message stops. 0 = never (retried
+    #: for ever, as kafka-mq-go does; SQS's maxReceiveCount).
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
     #: Stable consumer identity; becomes ``group.instance.id`` (static membership) when set.
     client_id: str = ""
     #: How long to wait for an unreachable broker before a clear error.
@@ -158,11 +175,37 @@ class Config:
     #: Queues whose consumers commit and hand out without a Start marker: never redelivered, so a crash loses what
     #: was handed out and unsettled (at most once). A YAML list, or names separated by commas.
     at_most_once_queues: tuple[str, ...] = ()
+    #: A send with a dedup id (``send(dedup_id=…)``, or its content's hash on a ``content_dedup_queues`` queue) is
+    #: never handed out when a send with the same id reached its queue less than this before it (SQS's 5 minutes;
+    #: docs/concepts/dedup.md). 0 turns the consumers' check off.
+    dedup_window_ms: int = 300_000
+    #: How far producers' clocks may disagree: a consumer that takes a partition over reads this much more than one
+    #: window back to rebuild what it must remember.
+    dedup_clock_skew_ms: int = 30_000
+    #: Queues whose sends without a ``dedup_id`` are deduplicated by content (SHA-256 of payload and user headers,
+    #: as SQS's content-based deduplication). A YAML list, or names separated by commas.
+    content_dedup_queues: tuple[str, ...] = ()
+    #: A recurring schedule's tick is fired by its primary tracker at its time, and by any other tracker this much
+    #: later unless that one has seen the primary's "fired" record (docs/concepts/dedup.md, schedules).
+    schedule_standby_delay_ms: int = 500
+    #: A tick no tracker could fire within this of its time is missed: its schedule's ``missed`` policy says whether
+    #: it is fired late (``fire-last``: the latest missed tick, once) or not (``skip``).
+    schedule_misfire_grace_ms: int = 60_000
     #: librdkafka settings for every client (``security.protocol``, ``sasl.*``, ``ssl.*`` …); kmq-owned keys are
     #: refused, secrets never logged.
     kafka: Mapping[str, str] = field(default_factory=dict)
     #: librdkafka settings for consumers only (``session.timeout.ms``, ``max.poll.interval.ms`` …).
     consumer_kafka: Mapping[str, str] = field(default_factory=dict)
+    #: Named topic sets: set name → ``{prefix: …}`` (default prefix ``kmq.<name>``); every topic and group of a set
+    #: is under its prefix (docs/concepts/topic-sets.md). YAML only.
+    topic_sets: Mapping[str, Mapping[str, str] | None] = field(default_factory=dict)
+    #: Which queues live in which set: ``{queues: PATTERN | [PATTERN, …], set: NAME, draining: NAME}`` in order,
+    #: the first match wins; a queue no route matches is in the default set (the topics above). YAML only.
+    routes: Sequence[Route | Mapping[str, Any]] = ()
+    _routing: Routing = field(init=False, repr=False, compare=False)
+    #: librdkafka settings for the producers of messages only (``linger.ms``: 5 by default, the batching a burst of
+    #: sends gets against the latency of one; ``compression.type`` …): the library's, Celery's and Dramatiq's.
+    producer_kafka: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -193,7 +236,9 @@ class Config:
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms", "unassigned_unhealthy_ms"):
             _positive(name, getattr(self, name))
-        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port", "unassigned_exit_ms"):
+        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port", "unassigned_exit_ms",
+                     "dedup_window_ms", "dedup_clock_skew_ms", "schedule_standby_delay_ms",
+                     "schedule_misfire_grace_ms"):
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")
@@ -205,12 +250,8 @@ class Config:
         if self.expired_messages not in EXPIRED_ACTIONS:
             raise ConfigError("expired_messages", f"must be one of {', '.join(EXPIRED_ACTIONS)}, "
                                                   f"got {self.expired_messages!r}")
-        names = self.at_most_once_queues
-        if isinstance(names, str):
-            names = tuple(n.strip() for n in names.split(",") if n.strip())
-        if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
-            raise ConfigError("at_most_once_queues", f"must be a list of queue names, got {names!r}")
-        object.__setattr__(self, "at_most_once_queues", tuple(names))
+        for field_name in ("at_most_once_queues", "content_dedup_queues"):
+            object.__setattr__(self, field_name, _queue_names(field_name, getattr(self, field_name)))
         for name in ("metrics_host", "tracker_group", "consumer_group_prefix"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or not value.isprintable():
@@ -218,9 +259,23 @@ class Config:
         if self.client_id and not self.client_id.isprintable():
             raise ConfigError("client_id", "must be printable")
         self._check_kafka()
+        self._check_topic_sets()
+
+    def _check_topic_sets(self) -> None:
+        default = TopicSet(name=DEFAULT_SET, messages=self.message_topic, markers=self.marker_topic,
+                           dead_letters=self.dlq_topic, control=control_topic(self.message_topic),
+                           tracker_group=self.tracker_group, consumer_group_prefix=self.consumer_group_prefix,
+                           redrive_group_prefix=REDRIVE_GROUP_PREFIX, private_group_prefix=PRIVATE_GROUP_PREFIX)
+        named = parse_sets(self.topic_sets, default)
+        routing = Routing(default, named)
+        routes = parse_routes(self.routes, routing.sets)
+        object.__setattr__(self, "topic_sets", MappingProxyType(
+            {s.name: MappingProxyType({"prefix": s.acl_prefix[:-1]}) for s in named}))
+        object.__setattr__(self, "routes", tuple(routes))
+        object.__setattr__(self, "_routing", Routing(default, named, routes))
 
     def _check_kafka(self) -> None:
-        for name in ("kafka", "consumer_kafka"):
+        for name in KAFKA_MAPPINGS:
             settings = getattr(self, name)
             if not isinstance(settings, Mapping):
                 raise ConfigError(name, "must be a mapping of librdkafka settings")
@@ -250,8 +305,33 @@ class Config:
         return ASSIGNMENT_STRATEGIES[REBALANCE_EAGER if self.eager_rebalance else REBALANCE_COOPERATIVE]
 
     def consumer_group(self, queue: str) -> str:
-        """The consumer group of ``queue`` (see ``consumer_group_prefix``)."""
+        """The consumer group of ``queue`` in the default set (see ``consumer_group_prefix``); a routed queue's is
+        ``topics_for(queue).consumer_group(queue)``."""
         return consumer_group(queue, self.consumer_group_prefix)
+
+    def topics_for(self, queue: str) -> TopicSet:
+        """The topic set ``queue`` lives in (``routes``: the first match; else the default set): where its messages
+        are sent, read, tracked, counted and controlled. Every part of kmq asks this, never a ``*_topic`` field."""
+        return self._routing.topics_for(queue)
+
+    def reading_sets(self, queue: str) -> tuple[TopicSet, ...]:
+        """Every set that may hold ``queue``'s messages: its own, then, while it moves (a route's ``draining``),
+        the set it moves from."""
+        return self._routing.reading_sets(queue)
+
+    def topic_set(self, name: str) -> TopicSet:
+        """The set called ``name`` (``default``, or a name in ``topic_sets``); ConfigError for another."""
+        return self._routing.named(name)
+
+    @property
+    def all_topic_sets(self) -> tuple[TopicSet, ...]:
+        """Every topic set, the default one first."""
+        return tuple(self._routing.sets.values())
+
+    @property
+    def default_topics(self) -> TopicSet:
+        """The default set: ``message_topic``, ``marker_topic`` and the names kafka-mq-go shares."""
+        return self._routing.default
 
     @property
     def keep_alive_interval_ms(self) -> int:
@@ -264,9 +344,12 @@ class Config:
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         # Picklable (multiprocessing workers), although the passthrough mappings are read-only proxies.
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        fields["kafka"], fields["consumer_kafka"] = dict(self.kafka), dict(self.consumer_kafka)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        for name in KAFKA_MAPPINGS:
+            fields[name] = dict(getattr(self, name))
         fields["queue_ttl_ms"] = dict(self.queue_ttl_ms)
+        fields["topic_sets"] = {name: dict(spec or {}) for name, spec in self.topic_sets.items()}
+        fields["routes"] = [route_data(r) if isinstance(r, Route) else dict(r) for r in self.routes]
         return (_rebuild, (fields,))
 
     def replace(self, **changes: Any) -> Config:
@@ -304,13 +387,44 @@ class Config:
         """Builds a config from ``data`` with ``KMQ_<FIELD>`` environment variables on top."""
         merged = _normalise(data or {})
         overrides = _from_env(os.environ if env is None else env)
-        for name in ("kafka", "consumer_kafka"):
+        for name in KAFKA_MAPPINGS:
             if name in overrides:
                 overrides[name] = {**merged.get(name, {}), **overrides[name]}
         merged.update(overrides)
         if "bootstrap_servers" not in merged:
             raise ConfigError("bootstrap_servers", "missing: set it in the config file or KMQ_BOOTSTRAP_SERVERS")
         return cls(**merged)
+
+
+def _queue_names(name: str, names: object) -> tuple[str, ...]:
+    """A list of queue names, given as a list or a comma-separated string."""
+    if isinstance(names, str):
+        names = tuple(n.strip() for n in names.split(",") if n.strip())
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(name, f"must be a list of queue names, got {names!r}")
+    return tuple(names)
+def session_follows_redelivery(config: Config) -> Config:
+    """``config`` with its consumers' group session timeout equal to the redelivery timeout (within 6-45 s: the
+    broker's default group.min.session.timeout.ms and librdkafka's default), unless ``consumer_kafka`` sets it.
+
+    A worker killed with ``kill -9`` keeps its partitions, and the messages on them (its unread ones, and the
+    tracker's copies of what it held that land there) wait, until the group evicts it after the session timeout:
+    45 s by default, beside a redelivery timeout of 10 s. A process killed while its group join was pending (a
+    pool's second process joins a moment after the first) is even given partitions in the next generation, which
+    come back a second session timeout later. The Celery transport and the Dramatiq broker use this; a ``client_id``
+    per process (``{process}``) avoids both waits: a restarted process takes its predecessor's place at once.
+    """
+    if "session.timeout.ms" in config.consumer_kafka:
+        return config
+    low, high = SESSION_TIMEOUT_BOUNDS_MS
+    session_ms = min(max(config.redelivery_timeout_ms, low), high)
+    # Members learn of a rebalance by their heartbeat: a tenth of the session (1 s for 10 s; librdkafka's 3 s at
+    # most), so a join ends soon and a process killed while its join is pending (it then holds partitions in the
+    # next generation, which come back only when its own session ends: the second step of a two-step recovery)
+    # has a short window to be.
+    heartbeat_ms = config.consumer_kafka.get("heartbeat.interval.ms", str(min(3_000, max(500, session_ms // 10))))
+    return config.replace(consumer_kafka={**config.consumer_kafka, "session.timeout.ms": str(session_ms),
+                                          "heartbeat.interval.ms": heartbeat_ms})
 
 
 def _rebuild(fields: dict[str, Any]) -> Config:
@@ -321,7 +435,9 @@ def _scalar(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.init}
+#: Fields whose YAML value is taken whole (a mapping or list of their own), never flattened into dotted keys.
+_WHOLE = ("queue_ttl_ms", "topic_sets", "routes")
 
 
 def _normalise(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -344,9 +460,9 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     items: list[tuple[str, Any]] = []
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if name == "queue_ttl_ms":
+        if name in _WHOLE:
             items.append((name, value))
-        elif name in ("kafka", "consumer_kafka"):
+        elif name in KAFKA_MAPPINGS:
             if value is not None and not isinstance(value, Mapping):
                 raise ConfigError(name, f"must be a mapping of librdkafka settings, got {type(value).__name__}")
             items.append((name, dict(value or {})))
@@ -361,14 +477,14 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     known = {ENV_PREFIX + name.upper() for name in _FIELDS} | OTHER_ENV
     for name in env:
         if name.startswith(ENV_PREFIX) and name not in known and not name.startswith(
-                (ENV_PREFIX + "KAFKA_", ENV_PREFIX + "CONSUMER_KAFKA_")):
+                (*(f"{ENV_PREFIX}{mapping.upper()}_" for mapping in KAFKA_MAPPINGS), CONSOLE_ENV_PREFIX)):
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(name, f"unknown environment variable{hint}")
     out: dict[str, Any] = {}
     for name, fld in _FIELDS.items():
         raw = env.get(ENV_PREFIX + name.upper())
-        if raw is None or name in ("kafka", "consumer_kafka"):
+        if raw is None or name in KAFKA_MAPPINGS:
             continue
         if fld.type in ("int", int):
             try:
@@ -377,9 +493,26 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
                 raise ConfigError(name, f"{ENV_PREFIX}{name.upper()}={raw!r} is not an integer") from None
         else:
             out[name] = raw
-    for name, prefix in (("kafka", "KAFKA_"), ("consumer_kafka", "CONSUMER_KAFKA_")):
-        full = ENV_PREFIX + prefix
-        settings = {k[len(full):].lower().replace("_", "."): v for k, v in env.items() if k.startswith(full)}
+    for name in KAFKA_MAPPINGS:
+        full = f"{ENV_PREFIX}{name.upper()}_"
+        settings = _json_settings(name, env.get(f"{ENV_PREFIX}{name.upper()}"))
+        settings.update({k[len(full):].lower().replace("_", "."): v for k, v in env.items() if k.startswith(full)})
         if settings:
             out[name] = settings
     return out
+
+
+def _json_settings(name: str, raw: str | None) -> dict[str, Any]:
+    """``KMQ_KAFKA='{"security.protocol": "SSL"}'``: a JSON object of librdkafka settings (``KMQ_KAFKA_<KEY>``
+    variables, one a setting, go on top)."""
+    if raw is None:
+        return {}
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    example = f'{variable}=\'{{"security.protocol": "SSL"}}\' or {variable}_SECURITY_PROTOCOL=SSL'
+    try:
+        settings = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, f"must be a JSON object of librdkafka settings ({example}), got {raw!r}") from None
+    if not isinstance(settings, dict):
+        raise ConfigError(variable, f"must be a JSON object of librdkafka settings ({example}), got {raw!r}")
+    return settings

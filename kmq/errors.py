@@ -15,6 +15,15 @@ class ConfigError(KmqError, ValueError):
         self.field = field
 
 
+class ScheduleError(ConfigError):
+    """Raised when a recurring schedule's definition is invalid (cron expression, time zone, template, policy,
+    name) or names no schedule; ``field`` names what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        KmqError.__init__(self, f"schedule {field}: {message}")
+        self.field = field
+
+
 class InvalidQueueNameError(KmqError, ValueError):
     """Raised when a queue name is empty, too long or not printable."""
 
@@ -39,6 +48,15 @@ class KafkaClientError(KmqError):
         super().__init__(message)
         self.retriable = retriable
         self.code = code
+
+
+class AuthorizationError(KafkaClientError):
+    """Raised when the broker refuses an operation that the principal's ACLs do not allow; the message names the
+    topic or group (``kmq acl plan`` prints what a tenant needs)."""
+
+
+class AuthenticationError(KafkaClientError):
+    """Raised when the broker refuses the client's credentials (``kafka.sasl.*``, ``kafka.ssl.*``)."""
 
 
 class DeliveryError(KafkaClientError):

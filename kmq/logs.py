@@ -42,6 +42,7 @@ def configure(level: str = "info", json: bool = False) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,  # exc_info=True: the traceback, as one field of the line
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

@@ -9,8 +9,10 @@ from typing import Any
 from kmq._kafka.topics import TopicStatus, check_topics, create_topics
 from kmq.aio import AsyncConsumer, AsyncProducer
 from kmq.client.consumer import Consumer
+from kmq.client.process_id import with_process_id
 from kmq.client.producer import Producer
 from kmq.config import Config
+from kmq.ops.schedules import Schedules
 from kmq.wire import datetime_from_ms, ms_from_datetime, validate_queue_name
 from kmq.worker import Handler, Worker
 
@@ -27,9 +29,11 @@ class Queue:
         """A producer for this queue (thread-safe; close it, or use it as a context manager)."""
         return Producer(self.config, self.name)
 
-    def consumer(self) -> Consumer:
-        """A consumer in group ``kafka-mq-<name>``; it starts fetching at once."""
-        return Consumer(self.config, self.name)
+    def consumer(self, *, max_in_flight: int | None = None) -> Consumer:
+        """A consumer in group ``kafka-mq-<name>``; it starts fetching at once. ``max_in_flight``: the most messages
+        it holds Started and unsettled, if fewer than ``config.max_in_flight`` (a framework's prefetch). A
+        ``client_id`` with ``{process}`` in it gets this process's index (``kmq.client.process_id``)."""
+        return with_process_id(self.config, lambda config: Consumer(config, self.name, max_in_flight=max_in_flight))
 
     def async_producer(self) -> AsyncProducer:
         """A producer for asyncio code (``await send(...)``); close it, or use it with ``async with``."""
@@ -88,13 +92,22 @@ class Service:
 
     def create_topics(self, *, partitions: int = 6, marker_partitions: int = 3,
                       replication_factor: int | None = None) -> list[TopicStatus]:
-        """Creates the messages, markers (LogAppendTime), dead-letter and control topics that do not exist yet,
-        as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or more brokers);
-        existing topics are kept as they are."""
-        return create_topics(self.config, partitions=partitions, marker_partitions=marker_partitions,
-                             replication_factor=replication_factor)
+        """Creates the messages, markers (LogAppendTime), dead-letter and control topics of every topic set that
+        do not exist yet, as ``kmq topics create`` does (replication factor None: 3 where the cluster has three or
+        more brokers); existing topics are kept as they are."""
+        return [status for topics in self.config.all_topic_sets
+                for status in create_topics(self.config, topics, partitions=partitions,
+                                            marker_partitions=marker_partitions,
+                                            replication_factor=replication_factor)]
+
+    @property
+    def schedules(self) -> Schedules:
+        """The recurring schedules (``kmq schedule``): add, list, pause, resume, remove, run now. The tracker group
+        fires them."""
+        return Schedules(self.config)
 
     def check_topics(self) -> dict[str, int]:
-        """Checks the topics as ``kmq topics check`` does; returns each topic's partition count, or raises
-        TopicError."""
-        return check_topics(self.config)
+        """Checks every topic set's topics as ``kmq topics check`` does; returns each topic's partition count, or
+        raises TopicError."""
+        return {name: count for topics in self.config.all_topic_sets
+                for name, count in check_topics(self.config, topics).items()}

@@ -61,27 +61,30 @@ def marker_format(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def kmq_config(kafka_bootstrap: str, admin: AdminClient, request: pytest.FixtureRequest) -> Iterator[ConfigFactory]:
-    """Makes a kmq Config on fresh, uniquely named messages/markers/dead-letter topics (deleted afterwards)."""
+    """Makes a kmq Config on fresh, uniquely named messages/markers/dead-letter topics (deleted afterwards); with
+    ``sets``, named topic sets of those names too (prefix ``<base>-<name>``), every set's topics created."""
     from kmq._kafka.topics import create_topics
     from kmq.config import Config
-    from kmq.wire.control import control_topic
 
     made: list[Config] = []
 
-    def make(partitions: int = 3, marker_partitions: int = 2, **fields: object) -> Config:
+    def make(partitions: int = 3, marker_partitions: int = 2, sets: tuple[str, ...] = (), **fields: object) -> Config:
         base = unique(request.node.name[:30].replace("[", "-").replace("]", "").replace("_", "-"))
         # Groups of its own: a consumer or tracker of another test (running beside it, or left over) never joins
         # this one's groups, whatever its queue names.
         fields.setdefault("tracker_group", f"{base}.trackers")
         fields.setdefault("consumer_group_prefix", f"{base}.")
+        if sets:
+            fields.setdefault("topic_sets", {name: {"prefix": f"{base}-{name}"} for name in sets})
         config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
-        create_topics(config, partitions=partitions, marker_partitions=marker_partitions)
+        for topics in config.all_topic_sets:
+            create_topics(config, topics, partitions=partitions, marker_partitions=marker_partitions)
         made.append(config)
         return config
 
     yield make
-    topics = [t for c in made for t in (c.message_topic, c.marker_topic, c.dlq_topic, control_topic(c.message_topic))]
+    topics = [t for c in made for s in c.all_topic_sets for t in s.topics]
     if topics:
         for future in admin.delete_topics(topics, operation_timeout=30).values():
             try:

@@ -79,3 +79,9 @@ def block_until_released(message: Message) -> None:
     deadline = time.monotonic() + 120
     while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def note_dedup(message: Message) -> None:
+    """Notes the run with its dedup id, then takes 10 ms (the dedup failover tests)."""
+    _note(message, dedup_id=message.headers.get("kmq-dedup-id", b"").decode())
+    time.sleep(0.01)

@@ -129,9 +129,32 @@ def env_for(config: Config) -> dict[str, str]:
         value = getattr(config, fld.name)
         if isinstance(value, int | str) and value != getattr(defaults, fld.name):
             env["KMQ_" + fld.name.upper()] = str(value)
-    for key, value in config.consumer_kafka.items():
-        env["KMQ_CONSUMER_KAFKA_" + key.upper().replace(".", "_")] = value
+    for name in ("consumer_kafka", "producer_kafka"):
+        for key, value in getattr(config, name).items():
+            env[f"KMQ_{name.upper()}_" + key.upper().replace(".", "_")] = value
     return env
+
+
+def first_time(marker: Path) -> bool:
+    """True the first time any process asks about ``marker`` (a handler that fails or rejects a message once)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def config_file(config: Config, directory: Path) -> Path:
+    """A YAML file that ``Config.from_yaml`` reads back as ``config`` (topic sets and routes included, which no
+    environment variable holds): what a child process is given with ``--config``."""
+    import yaml
+
+    fields, defaults = config.__reduce__()[1][0], Config(bootstrap_servers="x").__reduce__()[1][0]
+    data = {name: list(value) if isinstance(value, tuple) else value for name, value in fields.items()
+            if name == "bootstrap_servers" or value != defaults[name]}
+    path = directory / f"kmq-{uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 class WorkerProcess:

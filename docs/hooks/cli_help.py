@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-HELP = re.compile(r"<!-- kmq-help(?: (?P<command>[a-z]+))? -->")
+HELP = re.compile(r"<!-- kmq-help(?: (?P<command>[a-z]+(?: [a-z-]+)?))? -->")
 
 
 def command_help(command: str | None) -> str:
@@ -20,10 +20,12 @@ def command_help(command: str | None) -> str:
     parser = build_parser()
     if command is None:
         return parser.format_help()
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for word in command.split():  # "schedule add": a command's own subcommand
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = subparsers.choices[word]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        subparsers.choices[command].print_help()
+        parser.print_help()
     return out.getvalue()
 
 

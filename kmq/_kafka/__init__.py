@@ -11,7 +11,7 @@
 Only this package (and the rooms' Kafka-facing facades) import confluent_kafka; nothing here imports a room.
 """
 
-from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, client_error, is_fatal, to_kmq_error
+from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, Credentials, client_error, is_fatal, to_kmq_error
 from kmq._kafka.group import GroupJoinWatch, assign, unassign
 from kmq._kafka.metadata import topic_partitions
 from kmq._kafka.offsets import COMMIT_ATTEMPTS, CommitOutcome, commit, watermarks
@@ -27,8 +27,9 @@ from kmq._kafka.settings import (
 )
 
 __all__ = [
-    "COMMIT_ATTEMPTS", "LEADERSHIP_MOVING", "OWNERSHIP_LOST", "CommitOutcome", "GroupJoinWatch", "MarkerProducer",
-    "PolledProducer", "assign", "base_settings", "client_error", "commit", "consumer_settings", "first_id",
+    "COMMIT_ATTEMPTS", "LEADERSHIP_MOVING", "OWNERSHIP_LOST", "CommitOutcome", "Credentials", "GroupJoinWatch",
+    "MarkerProducer", "PolledProducer", "assign", "base_settings", "client_error", "commit", "consumer_settings",
+    "first_id",
     "header_dict", "instance_id", "is_fatal", "markers_producer_settings", "message_id", "messages_producer_settings",
     "reader_settings", "record_timestamp_ms", "to_kmq_error", "topic_partitions", "unassign", "watermarks",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
@@ -23,8 +23,9 @@ from kmq._kafka.settings import consumer_settings, messages_producer_settings
 from kmq._kafka.topic_replay import drop_reached
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
-from kmq.wire import ms_after, now_ms, private_group
-from kmq.wire.control import PAUSE, PURGE, ControlState, control_topic
+from kmq.topic_sets import TopicSet
+from kmq.wire import ms_after, now_ms
+from kmq.wire.control import PAUSE, PURGE, ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -36,14 +37,15 @@ class ControlFollower:
     """Reads the control topic to its end (``start``), then follows it from a daemon thread. Without a control
     topic (a deployment created before it existed) the state stays empty and nothing is paused or purged."""
 
-    def __init__(self, config: Config, on_change: Callable[[ControlState], None] | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet,
+                 on_change: Callable[[ControlState], None] | None = None) -> None:
         self.state = ControlState()
         self._config = config
-        self._topic = control_topic(config.message_topic)
+        self._topic = topics.control
         self._on_change = on_change
         self._stop = threading.Event()
         self._consumer = KafkaConsumer({
-            **consumer_settings(config.replace(client_id=""), private_group("control"), "kmq-control"),
+            **consumer_settings(config.replace(client_id=""), topics.private_group("control"), "kmq-control"),
             "fetch.wait.max.ms": 100,  # a pause or purge should reach running consumers within a fraction of a second
         })
         self._thread: threading.Thread | None = None
@@ -113,30 +115,47 @@ class ControlFollower:
             self._consumer.close()
 
 
-def write(config: Config, key: str, value: dict[str, object] | None) -> None:
+def write(config: Config, topics: TopicSet, key: str, value: dict[str, object] | None) -> None:
     """Writes one control record durably."""
-    topic = control_topic(config.message_topic)
+    write_record(config, topics, key.encode(), None if value is None else json.dumps(value).encode())
+
+
+def write_record(config: Config, topics: TopicSet, key: bytes, value: bytes | None) -> None:
+    """Writes one control record of ``topics`` (already encoded; None: a tombstone) durably."""
+    topic = topics.control
     producer = PolledProducer(messages_producer_settings(config, "kmq-control"), "control", warm_topic=topic)
     try:
         topic_partitions(producer.client, config, topic, "control")
-        payload = None if value is None else json.dumps(value).encode()
-        delivery = producer.produce_future(topic, payload, key.encode())  # type: ignore[arg-type]
+        delivery = producer.produce_future(topic, value, key)  # type: ignore[arg-type]
         producer.wait(delivery, config.connect_timeout_ms / 1000 + 20)
         delivery.result(0)
     finally:
         producer.close(5)
 
 
-def pause(config: Config, queue: str, until_ms: int | None = None) -> None:
-    write(config, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
+# A queue's pause and purge go to the control topic of every set its messages may be in (while it moves, the set
+# it moves from too: both sets' consumers and trackers follow them), or of the sets given (a console that serves some
+# sets only: it may not have the others' ACLs).
+
+def pause(config: Config, queue: str, until_ms: int | None = None, *,
+          topic_sets: Sequence[TopicSet] | None = None) -> None:
+    for topics in _sets(config, queue, topic_sets):
+        write(config, topics, PAUSE + queue, {"until_ms": until_ms, "at_ms": now_ms()})
 
 
-def resume(config: Config, queue: str) -> None:
-    write(config, PAUSE + queue, None)
+def resume(config: Config, queue: str, *, topic_sets: Sequence[TopicSet] | None = None) -> None:
+    for topics in _sets(config, queue, topic_sets):
+        write(config, topics, PAUSE + queue, None)
 
 
-def purge(config: Config, queue: str, before_ms: int | None = None) -> int:
+def purge(config: Config, queue: str, before_ms: int | None = None, *,
+          topic_sets: Sequence[TopicSet] | None = None) -> int:
     """Purges what was enqueued before ``before_ms`` (default now); returns that time."""
     before = ms_after(0) if before_ms is None else before_ms
-    write(config, PURGE + queue, {"before_ms": before})
+    for topics in _sets(config, queue, topic_sets):
+        write(config, topics, PURGE + queue, {"before_ms": before})
     return before
+
+
+def _sets(config: Config, queue: str, topic_sets: Sequence[TopicSet] | None) -> Sequence[TopicSet]:
+    return config.reading_sets(queue) if topic_sets is None else topic_sets

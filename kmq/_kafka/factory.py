@@ -21,6 +21,7 @@ from kmq._kafka.settings import base_settings
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.errors import KmqError
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire.control import ControlState
 
@@ -47,6 +48,7 @@ class GroupClient(Protocol):
     def get_watermark_offsets(self, partition: Any, timeout: float = ..., cached: bool = ...) -> Any: ...
     def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
     def memberid(self) -> str | None: ...
+    def offsets_for_times(self, partitions: list[Any], timeout: float = ...) -> list[Any]: ...
     def close(self) -> None: ...
 
 
@@ -57,7 +59,8 @@ class ProducerClient(Protocol):
                 on_done: Callable[[Any, Any], None] | None = ..., partition: int | None = ...) -> None: ...
     def produce_future(self, topic: str, value: bytes, key: bytes | None,
                        headers: Sequence[tuple[str, bytes]] | None = ...,
-                       on_record: Callable[[Any], None] | None = ...) -> Delivery[MessageId]: ...
+                       on_record: Callable[[Any], None] | None = ..., block: bool = ...,
+                       partition: int | None = ...) -> Delivery[MessageId]: ...
     def produce_many(self, topic: str, values: Sequence[bytes], key: bytes | None,
                      on_done: Callable[[Any, Any], None]) -> None: ...
     def flush(self, timeout_s: float) -> int: ...
@@ -86,8 +89,9 @@ class ClientFactory(Protocol):
     def group_consumer(self, settings: dict[str, Any]) -> GroupClient: ...
     def reader(self, settings: dict[str, Any]) -> GroupClient: ...
     def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient: ...
-    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
-    def retention(self, config: Config) -> Retention | None: ...
+    def control(self, config: Config, topics: TopicSet,
+                on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
+    def retention(self, config: Config, topics: TopicSet) -> Retention | None: ...
 
 
 class KafkaClients:
@@ -103,13 +107,14 @@ class KafkaClients:
     def producer(self, settings: dict[str, Any], name: str, warm_topic: str | None = None) -> ProducerClient:
         return PolledProducer(settings, name, warm_topic)
 
-    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> ControlClient:
-        return ControlFollower(config, on_change=on_change)
+    def control(self, config: Config, topics: TopicSet,
+                on_change: Callable[[ControlState], None] | None) -> ControlClient:
+        return ControlFollower(config, topics, on_change=on_change)
 
-    def retention(self, config: Config) -> Retention | None:
+    def retention(self, config: Config, topics: TopicSet) -> Retention | None:
         """The topics' retention when the consumer may write Starts by reference, else None (it copies)."""
         try:
-            retention = check_retention(AdminClient(base_settings(config, "kmq-retention")), config,
+            retention = check_retention(AdminClient(base_settings(config, "kmq-retention")), config, topics,
                                         config.connect_timeout_ms / 1000)
         except KmqError as err:
             log.warning("start_references_off", error=str(err),

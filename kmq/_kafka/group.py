@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import structlog
 from confluent_kafka import KafkaError
 
+from kmq._kafka.errors import NOT_AUTHENTICATED, NOT_AUTHORIZED, not_authenticated, not_authorized
 from kmq.errors import KafkaClientError
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -50,20 +51,29 @@ def unassign(consumer: AssignClient, partitions: list[Any], eager: bool) -> None
 
 
 class GroupJoinWatch:
-    """Turns "cannot join the group" (no assignment strategy in common with its members) into a fatal error once
-    it has lasted ``bound_s`` with nothing assigned: librdkafka retries it for ever, silently to the caller."""
+    """Turns "cannot join the group" into a fatal error: refused credentials, or ACLs that do not allow the group or
+    its topics, at once; no assignment strategy in common with its members once it has lasted ``bound_s`` with
+    nothing assigned. librdkafka retries each for ever, silently to the caller."""
 
     def __init__(self, group: str, strategy: str, bound_s: float) -> None:
         self._group = group
         self._strategy = strategy
         self._bound_s = bound_s
         self._since: float | None = None
+        #: What the member subscribed to (named when a topic is not authorized).
+        self.topics: list[str] = []
 
     def assigned(self) -> None:
         self._since = None
 
     def check(self, err: KafkaError, has_assignment: bool) -> KafkaClientError | None:
         """For each client error: the fatal error to raise, or None."""
+        if err.code() in NOT_AUTHENTICATED:
+            return not_authenticated(err)
+        if err.code() in NOT_AUTHORIZED:
+            what = (f"topic {', '.join(self.topics)!r}" if NOT_AUTHORIZED[err.code()] == "topic"
+                    else f"consumer group {self._group!r}")
+            return not_authorized(what, err)
         if err.code() != KafkaError.INCONSISTENT_GROUP_PROTOCOL or has_assignment:
             return None
         now = time.monotonic()
@@ -117,6 +127,7 @@ class GroupMembership:
         return 0.0 if since is None else max(0.0, self._monotonic() - since)
 
     def subscribe(self, client: Any, topics: list[str]) -> None:
+        self._join_watch.topics = list(topics)
         client.subscribe(topics, on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
 
     def cannot_join(self, err: KafkaError) -> KafkaClientError | None:

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[at
 from kmq._kafka.errors import to_kmq_error
 from kmq.config import MARKER_FORMAT_KMQ, MAX_REDELIVERY_TIMEOUT_MS, START_REFERENCE, Config
 from kmq.errors import KafkaClientError, TopicError
+from kmq.topic_sets import TopicSet
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -62,9 +63,9 @@ def _ms(value: str | None) -> int | None:
     return None if number < 0 else number
 
 
-def describe_retention(admin: AdminClient, config: Config, timeout_s: float) -> Retention:
+def describe_retention(admin: AdminClient, config: Config, topics: TopicSet, timeout_s: float) -> Retention:
     """The messages and markers topics' retention settings; a KafkaClientError when the broker cannot say."""
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in (config.message_topic, config.marker_topic)]
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in (topics.messages, topics.markers)]
     try:
         futures = admin.describe_configs(resources, request_timeout=timeout_s)
         messages, markers = (futures[r].result(timeout=timeout_s) for r in resources)
@@ -83,15 +84,16 @@ def describe_retention(admin: AdminClient, config: Config, timeout_s: float) -> 
                      messages_cleanup=value(messages, "cleanup.policy") or "delete")
 
 
-def check_retention(admin: AdminClient, config: Config, timeout_s: float, *, strict: bool = False) -> Retention | None:
+def check_retention(admin: AdminClient, config: Config, topics: TopicSet, timeout_s: float, *,
+                    strict: bool = False) -> Retention | None:
     """For a deployment that writes Starts by reference: logs each retention problem, or raises a TopicError naming
     them with ``strict`` (``kmq topics check``). None when the deployment copies payloads into its Starts."""
     if config.marker_format != MARKER_FORMAT_KMQ or config.start_markers != START_REFERENCE:
         return None
-    retention = describe_retention(admin, config, timeout_s)
+    retention = describe_retention(admin, config, topics, timeout_s)
     problems = retention.problems()
     if problems and strict:
-        raise TopicError(f"Starts by reference (start_markers: reference) need {config.message_topic!r} to keep "
+        raise TopicError(f"Starts by reference (start_markers: reference) need {topics.messages!r} to keep "
                          f"its records: {'; '.join(problems)}. Fix the topic's config, or set start_markers: copy")
     for problem in problems:
         log.warning("start_references_unsafe", problem=problem,

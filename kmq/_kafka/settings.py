@@ -7,12 +7,16 @@ import socket
 from typing import Any
 
 from kmq import logs
+from kmq._kafka.errors import Credentials
 from kmq.config import Config
 
 
 def base_settings(config: Config, client_id: str) -> dict[str, Any]:
-    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, "client.id": client_id,
-                                "logger": logs.librdkafka_logger()}
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers, "client.id": client_id, "logger": logs.librdkafka_logger(),
+        # Refused credentials reach only error_cb: recorded, so a wait fails at once naming them (metadata.py).
+        "error_cb": Credentials.watcher(config.bootstrap_servers, config.kafka.get("sasl.username", "")),
+    }
     settings.update(config.kafka)
     return settings
 
@@ -21,10 +25,12 @@ def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]
     return {
         **base_settings(config, client_id),
         "enable.idempotence": True,
-        # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one.
+        # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one. A Producer
+        # takes them in turn once it knows how many there are (PolledProducer.next_partition): this until then.
         "partitioner": "random",
         "linger.ms": 5,
         "message.max.bytes": config.max_payload_bytes + 100_000,
+        **config.producer_kafka,
     }
 
 

@@ -21,10 +21,12 @@ from kmq._kafka.offsets import watermarks
 from kmq._kafka.settings import consumer_settings
 from kmq.config import Config
 from kmq.errors import KafkaClientError
-from kmq.wire import private_group
+from kmq.topic_sets import TopicSet
 
 #: A replay with no record for this long, before its end offsets, fails.
 STALL_S = 30.0
+#: How long the broker holds a replay's fetch that finds nothing (librdkafka's default: 500 ms).
+REPLAY_FETCH_WAIT_MS = 50
 #: (records read, records to read) while a replay runs, about once a second.
 Progress = Callable[[str, int, int], None]
 
@@ -47,14 +49,18 @@ class TopicReplay:
     committed offsets (``commit`` moves them on). Each ``records()`` call goes on from where the last one stopped,
     up to the end offsets seen when it starts."""
 
-    def __init__(self, config: Config, topic: str, progress: Progress | None = None, *,
+    def __init__(self, config: Config, topics: TopicSet, topic: str, progress: Progress | None = None, *,
                  group: str | None = None) -> None:
         self._config = config
+        self._topics = topics
         self._topic = topic
         self._progress = progress
         self._group = group
-        self._consumer = KafkaConsumer(consumer_settings(
-            config.replace(client_id=""), group or private_group("replay"), "kmq-replay"))
+        self._consumer = KafkaConsumer({
+            **consumer_settings(config.replace(client_id=""), group or topics.private_group("replay"), "kmq-replay"),
+            # A replay reads to end offsets it knows: the broker need not hold an empty fetch for 0.5 s (the
+            # end-offset queries of the next records() call wait behind a fetch held on the same connection).
+            "fetch.wait.max.ms": REPLAY_FETCH_WAIT_MS})
         #: Partition → next offset to read; OFFSET_BEGINNING (the earliest kept record: offset 0 may be gone to
         #: retention) until a record of it was read.
         self._next: dict[int, int] = {}
@@ -65,8 +71,8 @@ class TopicReplay:
             raise
 
     def _partitions(self) -> list[int]:
-        role = {self._config.marker_topic: "markers", self._config.dlq_topic: "dead-letter"}.get(self._topic,
-                                                                                                 "message")
+        role = {self._topics.markers: "markers", self._topics.dead_letters: "dead-letter",
+                self._topics.control: "control"}.get(self._topic, "message")
         return topic_partitions(self._consumer, self._config, self._topic, role)
 
     def _starts(self, partitions: list[int]) -> dict[int, int]:
@@ -100,9 +106,18 @@ class TopicReplay:
         self._consumer.assign([TopicPartition(self._topic, p, start) for p, (start, _) in left.items()])
         ends = {p: end for p, (_, end) in left.items()}
         total = sum(end - start for start, end in left.values())
+        try:
+            yield from self._read(ends, total)
+        finally:
+            # Nothing fetched between calls: a fetch left waiting on the broker would hold up the next call's
+            # offset requests (one connection, requests in order) by up to fetch.wait.max.ms each.
+            self._consumer.unassign()
+
+    def _read(self, ends: dict[int, int], total: int) -> Iterator[KafkaMessage]:
         done, last_record, last_report = 0, time.monotonic(), time.monotonic()
         while ends:
-            batch = self._consumer.consume(1000, 0.2)
+            # consume() returns when it has as many as asked, or at the timeout: ask for no more than are left.
+            batch = self._consumer.consume(max(1, min(1000, total - done)), 0.2)
             now = time.monotonic()
             if batch:
                 last_record = now

@@ -12,11 +12,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type:
 
 from kmq._kafka import durability
 from kmq._kafka.errors import to_kmq_error
+from kmq._kafka.metadata import check_topic, metadata
 from kmq._kafka.retention import check_retention
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
-from kmq.wire.control import control_topic
+from kmq.topic_sets import TopicSet
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -39,7 +40,7 @@ def _admin(config: Config) -> AdminClient:
     return AdminClient(base_settings(config, "kmq-admin"))
 
 
-def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int = 3,
+def create_topics(config: Config, topics: TopicSet, *, partitions: int = 6, marker_partitions: int = 3,
                   replication_factor: int | None = None, timeout_s: float = 30.0) -> list[TopicStatus]:
     """Creates the messages, markers (LogAppendTime), dead-letter and control topics; existing ones are checked.
 
@@ -56,12 +57,12 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         min_insync = max(1, replication_factor - 1)
     durable = {"min.insync.replicas": str(min_insync), "unclean.leader.election.enable": "false"}
     wanted = [
-        NewTopic(config.message_topic, partitions, replication_factor, config=dict(durable)),
-        NewTopic(config.marker_topic, marker_partitions, replication_factor,
+        NewTopic(topics.messages, partitions, replication_factor, config=dict(durable)),
+        NewTopic(topics.markers, marker_partitions, replication_factor,
                  config={**MARKER_TOPIC_CONFIG, **durable}),
-        NewTopic(config.dlq_topic, marker_partitions, replication_factor, config=dict(durable)),
+        NewTopic(topics.dead_letters, marker_partitions, replication_factor, config=dict(durable)),
         # Pause and purge records: one partition, compacted (the latest per queue is what counts).
-        NewTopic(control_topic(config.message_topic), 1, replication_factor,
+        NewTopic(topics.control, 1, replication_factor,
                  config={"cleanup.policy": "compact", **durable}),
     ]
     created_now: dict[str, bool] = {}
@@ -80,30 +81,25 @@ def create_topics(config: Config, *, partitions: int = 6, marker_partitions: int
         log.info("topic_ready", topic=topic, created=created)
         created_now[topic] = created
     _wait_until_served(admin, [t.topic for t in wanted], config, timeout_s)
-    actual = check_topics(config, timeout_s=timeout_s, admin=admin)
+    actual = check_topics(config, topics, timeout_s=timeout_s, admin=admin)
     replicated = {d.name: d for d in durability.describe(admin, [t.topic for t in wanted], timeout_s)}
     return [TopicStatus(t.topic, actual.get(t.topic, t.num_partitions), created_now[t.topic], t.num_partitions,
                         replicated[t.topic].replication, replicated[t.topic].min_insync) for t in wanted]
 
 
 def _brokers(admin: AdminClient, config: Config, timeout_s: float) -> int:
-    try:
-        return len(admin.list_topics(timeout=timeout_s).brokers)
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+    return len(metadata(admin, config, timeout_s=timeout_s).brokers)
 
 
-def durability_warnings(config: Config, *, timeout_s: float = 30.0,
+def durability_warnings(config: Config, topics: TopicSet, *, timeout_s: float = 30.0,
                         admin: AdminClient | None = None) -> list[str]:
     """What makes the existing kmq topics less durable than kmq needs on this cluster, one line each."""
     admin = admin or _admin(config)
-    names = [config.message_topic, config.marker_topic, config.dlq_topic]
-    control = control_topic(config.message_topic)
-    if control in admin.list_topics(timeout=timeout_s).topics:
-        names.append(control)
+    names = [topics.messages, topics.markers, topics.dead_letters]
+    if topics.control in metadata(admin, config, timeout_s=timeout_s).topics:
+        names.append(topics.control)
     return durability.warnings(durability.describe(admin, names, timeout_s), _brokers(admin, config, timeout_s),
-                               config.marker_topic)
+                               topics.markers)
 
 
 def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, timeout_s: float) -> None:
@@ -112,11 +108,7 @@ def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, ti
     tracker started right after `kmq topics create`) would be told it does not exist."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            meta = admin.list_topics(timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exc:
-            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                                   f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+        meta = metadata(admin, config, timeout_s=max(0.1, deadline - time.monotonic()))
         waiting = [t for t in topics if t not in meta.topics or meta.topics[t].error is not None
                    or any(p.leader < 0 for p in meta.topics[t].partitions.values())]
         if not waiting:
@@ -127,28 +119,26 @@ def _wait_until_served(admin: AdminClient, topics: list[str], config: Config, ti
         time.sleep(0.1)
 
 
-def check_topics(config: Config, *, timeout_s: float = 30.0, admin: AdminClient | None = None,
+def check_topics(config: Config, topics: TopicSet, *, timeout_s: float = 30.0, admin: AdminClient | None = None,
                  strict_retention: bool = False) -> dict[str, int]:
     """Verifies the topics exist and the markers topic uses LogAppendTime, and checks their retention
     (kmq._kafka.retention: an error with ``strict_retention``, else logged); returns partitions per topic."""
     admin = admin or _admin(config)
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s: "
-                               f"{to_kmq_error(exc, 'metadata')}", retriable=True) from exc
+    meta = metadata(admin, config, timeout_s=timeout_s)
     found: dict[str, int] = {}
-    for topic in (config.message_topic, config.marker_topic, config.dlq_topic):
+    for topic, role in ((topics.messages, "messages"), (topics.markers, "markers"),
+                        (topics.dead_letters, "dead-letter")):
         info = meta.topics.get(topic)
-        if info is None or info.error is not None:
-            raise TopicError(f"topic {topic!r} does not exist: create it with `kmq topics create`")
+        if info is None:  # a listing leaves out the topics the principal may not see: ask for it by name
+            info = metadata(admin, config, topic, timeout_s).topics.get(topic)
+        check_topic(info, topic, role)
         found[topic] = len(info.partitions)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, config.marker_topic)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topics.markers)
     described = durability.describe_configs(admin, [resource], timeout_s)[resource]
     ts_type = described["message.timestamp.type"].value
     if ts_type != "LogAppendTime":
-        raise TopicError(f"markers topic {config.marker_topic!r} has message.timestamp.type={ts_type}; "
+        raise TopicError(f"markers topic {topics.markers!r} has message.timestamp.type={ts_type}; "
                          "kmq needs LogAppendTime (kafka-configs --alter --add-config "
                          "message.timestamp.type=LogAppendTime)")
-    check_retention(admin, config, timeout_s, strict=strict_retention)
+    check_retention(admin, config, topics, timeout_s, strict=strict_retention)
     return found

@@ -27,6 +27,7 @@ from kmq.aio.message import AsyncMessage
 from kmq.client.consumer import Consumer
 from kmq.client.loop_signal import LoopSignal
 from kmq.client.message import Message
+from kmq.client.process_id import with_process_id
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, KmqError
 
@@ -103,7 +104,8 @@ class AsyncConsumer:
         loop = asyncio.get_running_loop()
         if self._starting is None:
             self._starting = loop.run_in_executor(None, functools.partial(
-                Consumer, self._config, self._queue, max_in_flight=self._max_in_flight))
+                with_process_id, self._config, functools.partial(Consumer, queue=self._queue,
+                                                                 max_in_flight=self._max_in_flight)))
         # shield: a receive cancelled while the consumer starts must not leave a half-made consumer behind
         consumer = await asyncio.shield(self._starting)
         if self._consumer is None:

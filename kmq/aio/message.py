@@ -77,6 +77,10 @@ class AsyncMessage:
         return self.message.deliver_at
 
     @property
+    def expires_at(self) -> datetime | None:
+        return self.message.expires_at
+
+    @property
     def redelivered(self) -> bool:
         return self.message.redelivered
 

@@ -56,11 +56,12 @@ class AsyncProducer:
 
     def send_async(self, payload: Payload, headers: HeadersIn = None, *, time_limit: float | None = None,
                    delay: float | None = None, deliver_at: datetime | None = None,
-                   ttl: float | None = None) -> asyncio.Future[MessageId]:
+                   ttl: float | None = None, dedup_id: str | None = None) -> asyncio.Future[MessageId]:
         """Queues one message without blocking the loop; the Future resolves to its MessageId once durable, or
-        raises DeliveryError. Bad input raises at once (PayloadError). Options as ``Producer.send_async``."""
+        raises DeliveryError. Bad input raises at once (PayloadError). Options as ``Producer.send_async``. (The
+        first deduplicated send of a producer looks the topic's partitions up: ``send`` does that off the loop.)"""
         record = self._producer._prepare(payload, headers, time_limit=time_limit, delay=delay,
-                                         deliver_at=deliver_at, ttl=ttl)
+                                         deliver_at=deliver_at, ttl=ttl, dedup_id=dedup_id)
         loop = self._loop or self._bind()
         future: asyncio.Future[MessageId] = loop.create_future()
         if self._backlog:  # keep the order: behind what waits already
@@ -79,12 +80,15 @@ class AsyncProducer:
 
     async def send(self, payload: Payload, headers: HeadersIn = None, timeout: float | None = None, *,
                    time_limit: float | None = None, delay: float | None = None,
-                   deliver_at: datetime | None = None, ttl: float | None = None) -> MessageId:
+                   deliver_at: datetime | None = None, ttl: float | None = None,
+                   dedup_id: str | None = None) -> MessageId:
         """Sends one message and returns its MessageId once durable; raises DeliveryError on failure or after
         ``timeout`` seconds. Cancelling the call does not unsend a message already handed to librdkafka."""
         wait_s = timeout if timeout is not None else self._config.connect_timeout_ms / 1000 + 20
+        if self._producer._needs_partitions(dedup_id):  # a metadata request: in the executor, not on the loop
+            await asyncio.get_running_loop().run_in_executor(None, self._producer._partitions)
         future = self.send_async(payload, headers, time_limit=time_limit, delay=delay, deliver_at=deliver_at,
-                                 ttl=ttl)
+                                 ttl=ttl, dedup_id=dedup_id)
         try:
             async with asyncio.timeout(wait_s):
                 return await future

@@ -8,7 +8,15 @@ from typing import Any, Protocol
 
 from kmq import otel
 from kmq.errors import MessageSettledError
-from kmq.wire import HEADER_DELIVER_AT, HEADER_TIME_LIMIT, MessageId, datetime_from_ms, ms_from_seconds
+from kmq.wire import (
+    HEADER_DELIVER_AT,
+    HEADER_EXPIRES_AT,
+    HEADER_TIME_LIMIT,
+    OPTION_HEADERS,
+    MessageId,
+    datetime_from_ms,
+    ms_from_seconds,
+)
 
 
 class Settler(Protocol):
@@ -31,8 +39,9 @@ class Message:
 
     #: The bytes the producer sent.
     payload: bytes
-    #: The producer's headers (values as bytes), and kmq's time limit, due time and expiry when the send set them.
-    headers: dict[str, bytes]
+    #: The record's headers (values as bytes): the producer's (``headers``), and the send options kmq wrote as
+    #: headers (``time_limit``, ``deliver_at``, ``expires_at``), which travel with it into Starts, copies and letters.
+    record_headers: dict[str, bytes]
     #: The queue it was received from.
     queue: str
     #: Where this delivery's record sits on the messages topic (a redelivered copy has its own).
@@ -60,15 +69,36 @@ class Message:
         return datetime_from_ms(self.enqueued_at_ms)
 
     @property
+    def headers(self) -> dict[str, bytes]:
+        """The producer's headers (values as bytes); kmq's send options are ``time_limit``, ``deliver_at`` and
+        ``expires_at``."""
+        record = self.record_headers
+        if not record or not any(k in OPTION_HEADERS for k in record):
+            return record
+        return {k: v for k, v in record.items() if k not in OPTION_HEADERS}
+
+    @property
     def time_limit(self) -> float | None:
         """Seconds the sender allowed a handler for this message (``send(time_limit=…)``), or None."""
-        raw = self.headers.get(HEADER_TIME_LIMIT)
+        raw = self.record_headers.get(HEADER_TIME_LIMIT)
         return int(raw) / 1000 if raw else None
+
+    @property
+    def deliver_at_ms(self) -> int | None:
+        """``deliver_at`` in ms since the epoch, or None."""
+        raw = self.record_headers.get(HEADER_DELIVER_AT)
+        return int(raw) if raw else None
 
     @property
     def deliver_at(self) -> datetime | None:
         """When the sender allowed it to be handed out (``send(delay=…)`` / ``deliver_at``), or None."""
-        raw = self.headers.get(HEADER_DELIVER_AT)
+        due = self.deliver_at_ms
+        return None if due is None else datetime_from_ms(due)
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """After when no handler gets it (``send(ttl=…)``, or the queue's ``queue_ttl_ms``), or None."""
+        raw = self.record_headers.get(HEADER_EXPIRES_AT)
         return datetime_from_ms(int(raw)) if raw else None
 
     @property

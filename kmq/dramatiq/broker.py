@@ -21,6 +21,8 @@ from dramatiq.message import Message as DramatiqMessage
 from dramatiq.middleware import Middleware, TimeLimit
 
 from kmq import Config, Consumer, KmqError, MessageId, Producer, Queue, Service, wire
+from kmq.client.process_id import with_process_id
+from kmq.config import session_follows_redelivery
 from kmq.dramatiq.consumer import KmqConsumer
 from kmq.dramatiq.dead_letters import DeadLetterLog
 from kmq.dramatiq.queue_watch import shared_watch
@@ -115,6 +117,8 @@ class KmqBroker(Broker):
             "headers": {HEADER_ACTOR: message.actor_name, HEADER_MESSAGE_ID: message.message_id},
             "delay": delay / 1000 if delay is not None and delay > 0 else None,
             "time_limit": self._time_limit_s(message),
+            # send_with_options(dedup_id=…): the first send only; a retry re-enqueues the same message to run again.
+            "dedup_id": None if message.options.get("retries") else message.options.get("dedup_id"),
         }
         payload = message.encode()
         if self.confirm_delivery:
@@ -165,7 +169,11 @@ class KmqBroker(Broker):
                 limit = max(1, prefetch)
                 config = self.config.replace(max_in_flight=limit,
                                              receive_buffer_capacity=min(limit, self.config.receive_buffer_capacity))
-                consumer = self._consumers[queue.name] = Consumer(config, queue.name)
+                # A killed worker's partitions come back when the group evicts it: after the redelivery timeout,
+                # not Kafka's 45 s.
+                config = session_follows_redelivery(config)
+                consumer = self._consumers[queue.name] = with_process_id(
+                    config, lambda config: Consumer(config, queue.name))
             return consumer
 
     def _worker_started(self) -> None:

@@ -141,9 +141,9 @@ class QueueWatch:
         self._purged_before: dict[str, int] = {}
         self._offsets = _client(config)
         try:
-            self._markers = TopicTail(config, config.marker_topic, self._offsets)
+            self._markers = TopicTail(config, config.default_topics.markers, self._offsets)
             try:
-                self._messages = TopicTail(config, config.message_topic, self._offsets)
+                self._messages = TopicTail(config, config.default_topics.messages, self._offsets)
             except BaseException:
                 self._markers.close()
                 raise
@@ -211,7 +211,8 @@ _watches_lock = threading.Lock()
 
 def shared_watch(config: Config) -> QueueWatch:
     """The process's watch of ``config``'s topics, made at the first call."""
-    key = (config.bootstrap_servers, config.message_topic, config.marker_topic, tuple(sorted(config.kafka.items())),
+    key = (config.bootstrap_servers, config.default_topics.messages, config.default_topics.markers,
+           tuple(sorted(config.kafka.items())),
            config.at_most_once_queues)
     with _watches_lock:
         watch = _watches.get(key)

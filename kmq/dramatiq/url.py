@@ -2,7 +2,7 @@
 
 ``kmq://host:9092,host2:9092/?message_topic=app.messages&redelivery_timeout_ms=30000&kafka.security.protocol=SSL``:
 the host list is ``bootstrap_servers``; each query key is a Config field, typed as its ``KMQ_<FIELD>`` environment
-variable would be, with ``kafka.<key>`` / ``consumer_kafka.<key>`` for librdkafka
+variable would be, with ``kafka.<key>`` / ``consumer_kafka.<key>`` / ``producer_kafka.<key>`` for librdkafka
 settings. ``queue_prefix`` is the broker's own option, not a Config field. Unknown keys are errors, as in a YAML file.
 """
 
@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kmq import Config, ConfigError
+from kmq.config import KAFKA_MAPPINGS
 
 SCHEME = "kmq"
 #: Broker options a URL may carry besides the Config's fields.
 BROKER_KEYS = ("queue_prefix",)
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"bootstrap_servers", "kafka", "consumer_kafka"}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"bootstrap_servers", *KAFKA_MAPPINGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ def parse_url(url: str) -> BrokerUrl:
     for key, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
         if key in BROKER_KEYS:
             options[key] = value
-        elif key.startswith(("kafka.", "consumer_kafka.")):
+        elif key.startswith(tuple(f"{mapping}." for mapping in KAFKA_MAPPINGS)):
             group, _, name = key.partition(".")
             data.setdefault(group, {})[name] = value
         elif key in _FIELDS:

@@ -37,7 +37,7 @@ MAX_RECORDS_PER_POLL = 100
 
 
 def topic_for(config: Config, configured: str) -> str:
-    return configured or f"{config.message_topic}.broadcast"
+    return configured or f"{config.default_topics.messages}.broadcast"
 
 
 @dataclass(frozen=True, slots=True)

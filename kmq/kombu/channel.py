@@ -6,23 +6,29 @@
 | ``_get`` (consume, ``basic_get``)      | ``Consumer.receive`` of the channel's consumer of that queue            |
 | ``basic_ack``                          | ``Message.ack``                                                         |
 | ``basic_reject(requeue=False)``        | ``Message.reject``: dead letter                                        |
-| ``basic_reject(requeue=True)``         | back at the head of this channel's queue (still in flight in kmq)      |
+| ``basic_reject(requeue=True)``         | ``Message.release(0)``: back through the tracker at once, a delivery   |
 | unacked at channel close / shutdown    | ``Message.give_back``: redelivered at once, delivery count unchanged   |
 | worker process lost                    | the redelivery tracker, after ``visibility_timeout``                   |
+| ``basic_qos(prefetch_count)``          | each consumer's ``max_in_flight``: it Starts no more than that         |
 | ``queue_purge``                        | ``Queue.purge``                                                        |
 | ``_size`` (passive declare)            | this queue's records past its group's committed offset (a topic scan)  |
 | fanout exchange, unbound exchange      | the broadcast topic, at most once to live subscribers (broadcast.py)   |
 
 A consumer (a Kafka group member) exists only for queues this channel consumes or gets from: publishing to a
-queue never joins its group. A queue bound to a fanout exchange, or a transient one (``auto_delete``/``exclusive``,
-as remote-control replies and event receivers are) bound to a named exchange, is a broadcast subscriber instead.
+queue never joins its group. It Starts (counts as delivered) no more messages than kombu's prefetch count lets the
+channel hold unacked (Celery: ``worker_prefetch_multiplier`` times concurrency), so a worker's kill -9 puts at most that
+many back through the tracker as deliveries, and a second worker gets the rest. A requeue counts as a delivery (as
+RabbitMQ's quorum queues count one): a task that kills its pool child ends on the dead-letter topic after
+``max_deliveries`` instead of looping on its worker.
+
+A queue bound to a fanout exchange, or a transient one (``auto_delete``/``exclusive``, as remote-control replies and
+event receivers are) bound to a named exchange, is a broadcast subscriber instead.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections import deque
 from datetime import UTC, datetime
 from queue import Empty
 from typing import Any
@@ -71,8 +77,8 @@ class Channel(virtual.Channel):
         self._kmq_consumers: dict[str, Consumer] = {}
         #: Delivered to kombu, not yet settled: delivery tag → (kombu queue, kmq message).
         self._in_hand: dict[str, tuple[str, Message]] = {}
-        #: Requeued by kombu (``reject(requeue=True)``): delivered again from here first, as AMQP puts them first.
-        self._requeued: dict[str, deque[Message]] = {}
+        #: kombu's prefetch count (``basic_qos``): each consumer's in-flight limit; None means kmq's own.
+        self._window: int | None = None
         self._noack_queues: set[str] = set()
         self._broadcast_topic = broadcast.topic_for(self._config, self._options.broadcast_topic)
         self._subscribers = broadcast.Subscribers(self._config, self._broadcast_topic,
@@ -90,10 +96,10 @@ class Channel(virtual.Channel):
         out = envelope.encode(message, datetime.now(UTC))
         producer = POOL.get(self._config, self.kmq_queue(queue))
         if self._options.confirm_publish:
-            producer.send(out.payload, out.headers, deliver_at=out.deliver_at, ttl=out.ttl_s)
+            producer.send(out.payload, out.headers, deliver_at=out.deliver_at, ttl=out.ttl_s, dedup_id=out.dedup_id)
         else:
             producer.send_async(out.payload, out.headers, on_delivery=_log_failed_publish, deliver_at=out.deliver_at,
-                                ttl=out.ttl_s)
+                                ttl=out.ttl_s, dedup_id=out.dedup_id)
 
     def basic_publish(self, message: dict[str, Any], exchange: str, routing_key: str, **kwargs: Any) -> Any:
         """Anonymous exchange and locally bound durable queues: kmq queues. A fanout exchange, and a named exchange
@@ -150,6 +156,14 @@ class Channel(virtual.Channel):
                 self._close_consumer(queue)  # else at channel close: its unacked messages may still be acked
         return result
 
+    def basic_qos(self, prefetch_size: int = 0, prefetch_count: int = 0, apply_global: bool = False) -> None:
+        """kombu's prefetch count (Celery's ``worker_prefetch_multiplier`` times concurrency, raised for ETA tasks) is
+        also what each kmq consumer of this channel may hold Started and unsettled; 0 is kmq's own limit."""
+        super().basic_qos(prefetch_size, prefetch_count, apply_global)
+        self._window = prefetch_count or None
+        for consumer in list(self._kmq_consumers.values()):
+            consumer.max_in_flight = self._window or self._config.max_in_flight
+
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """A synchronous get: waits up to ``wait_time_seconds`` for a message (a new consumer first waits for
         partitions, up to the connect timeout), as SQS's transport long-polls."""
@@ -170,19 +184,14 @@ class Channel(virtual.Channel):
     def _receive(self, queue: str, timeout: float, no_ack: bool) -> dict[str, Any]:
         if self._is_broadcast(queue):
             return self._receive_broadcast(queue, timeout)
-        requeued = self._requeued.get(queue)
         deadline = time.monotonic() + timeout
         while True:
-            if requeued:
-                message, again = requeued.popleft(), True
-            else:
-                got = self._consumer(queue).receive(max(0.0, deadline - time.monotonic()))
-                if got is None:
-                    raise Empty()
-                message, again = got, False
+            message = self._consumer(queue).receive(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                raise Empty()
             tag = uuid.uuid4().hex
             try:
-                payload = envelope.decode(message.payload, tag, redelivered=again or message.redelivered,
+                payload = envelope.decode(message.payload, tag, redelivered=message.redelivered,
                                           delivery_count=message.delivery_count, message_id=str(message.message_id))
             except envelope.EnvelopeError as err:
                 log.warning("kombu_message_undecodable", queue=message.queue, message_id=str(message.message_id),
@@ -221,16 +230,13 @@ class Channel(virtual.Channel):
         held = self._in_hand.pop(delivery_tag, None)
         if held is None:
             return  # delivered without ack, or settled already
-        queue, message = held
-        if how == "requeue" and not self.closed and queue in self._kmq_consumers:
-            self._requeued.setdefault(queue, deque()).appendleft(message)
-            return
-        if how == "requeue":
-            how = "release"  # nobody here reads the queue any more: back through the tracker at once
+        _, message = held
         _settle_quietly(message, how, "rejected by the kombu consumer (requeue=False)")
 
     def _restore_at_beginning(self, message: Any) -> None:
-        self._settle(message.delivery_tag, "requeue")
+        """``reject(requeue=True)``: a handler had it (Celery requeues a task whose pool child died this way), so
+        it comes back as a new delivery, at once through the tracker; ``max_deliveries`` ends a loop."""
+        self._settle(message.delivery_tag, "release")
 
     def _restore(self, message: Any) -> None:
         """Unacked at close or on ``recover``: given back, not counted as a delivery (kombu restores the messages
@@ -245,7 +251,6 @@ class Channel(virtual.Channel):
         if self._is_broadcast(queue):
             return self._subscribers.drop_waiting(queue)
         waiting = self._sizes.count(self.kmq_queue(queue), fresh=True)
-        self._requeued.pop(queue, None)  # in flight in kmq: the purge settles them
         self._service.queue(self.kmq_queue(queue)).purge()
         self._sizes.forget(self.kmq_queue(queue))
         return waiting
@@ -253,7 +258,7 @@ class Channel(virtual.Channel):
     def _size(self, queue: str) -> int:
         if self._is_broadcast(queue):
             return self._subscribers.waiting(queue)
-        return self._sizes.count(self.kmq_queue(queue)) + len(self._requeued.get(queue, ()))
+        return self._sizes.count(self.kmq_queue(queue))
 
     def queue_declare(self, queue: str | None = None, passive: bool = False, **kwargs: Any) -> Any:
         """Only a passive declaration counts the queue (a topic scan); others report 0 messages, so that the
@@ -282,7 +287,8 @@ class Channel(virtual.Channel):
         if consumer is None:
             if self.closed:
                 raise ConsumerClosedError(f"kombu channel is closed (queue {queue!r})")
-            consumer = self._kmq_consumers[queue] = self._service.queue(self.kmq_queue(queue)).consumer()
+            consumer = self._kmq_consumers[queue] = self._service.queue(self.kmq_queue(queue)).consumer(
+                max_in_flight=self._window)
         return consumer
 
     def _await_partitions(self, queue: str) -> None:
@@ -293,8 +299,6 @@ class Channel(virtual.Channel):
 
     def _close_consumer(self, queue: str) -> None:
         consumer = self._kmq_consumers.pop(queue, None)
-        for message in self._requeued.pop(queue, ()):
-            _settle_quietly(message, "give_back")
         if consumer is not None:
             try:
                 consumer.close()
@@ -325,6 +329,9 @@ def _settle_quietly(message: Message, how: str, reason: str = "") -> None:
     except (MessageSettledError, ConsumerClosedError) as err:
         log.info("kombu_settle_skipped", queue=message.queue, message_id=str(message.message_id), settle=how,
                  error=str(err))
+    except KmqError as err:  # a requeue on an at-most-once queue: nothing would bring the message back
+        log.warning("kombu_settle_failed", queue=message.queue, message_id=str(message.message_id), settle=how,
+                    error=str(err))
 
 
 def _log_failed_publish(err: KmqError | None, _message_id: object) -> None:

@@ -3,7 +3,9 @@
 kombu's virtual transports hand ``_put`` a JSON-able dict (``body``, ``headers``, ``properties`` …); it travels as
 the kmq payload, unchanged. What kmq can do better than the worker's memory is read off it here: a Celery task's
 ``eta`` (countdown, retry with countdown) becomes kmq's ``deliver_at``, and kombu's ``expiration`` (milliseconds,
-AMQP's per-message TTL) becomes kmq's ``ttl``.
+AMQP's per-message TTL) becomes kmq's ``ttl``. A ``dedup_id`` header (``apply_async(headers={"dedup_id": …})``)
+becomes kmq's dedup id on the task's first send; a retry (Celery re-sends the task, ``retries`` > 0) is a new run
+of the same task, never a duplicate of it, so it goes without.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 #: A kmq header naming the Celery task, so `kmq dlq list` and `kmq inspect` show what a dead letter was.
 HEADER_TASK = "celery-task"
 HEADER_TASK_ID = "celery-task-id"
+#: The Celery message header a task's sender sets to deduplicate it (docs/guides/dedup-and-schedules.md).
+DEDUP_HEADER = "dedup_id"
 
 Payload = dict[str, Any]
 
@@ -32,6 +36,7 @@ class Outgoing:
     headers: dict[str, str]
     deliver_at: datetime | None
     ttl_s: float | None
+    dedup_id: str | None = None
 
 
 def encode(message: Payload, now: datetime) -> Outgoing:
@@ -47,6 +52,8 @@ def encode(message: Payload, now: datetime) -> Outgoing:
         headers=names,
         deliver_at=due_time(headers.get("eta"), now),
         ttl_s=ttl_seconds((message.get("properties") or {}).get("expiration")),
+        dedup_id=dedup_id if isinstance(dedup_id := headers.get(DEDUP_HEADER), str) and not headers.get("retries")
+        else None,
     )
 
 
@@ -93,6 +100,9 @@ def decode(payload: bytes, delivery_tag: str, *, redelivered: bool, delivery_cou
     info["redelivered"] = redelivered
     info["kmq_delivery_count"] = delivery_count
     info["kmq_message_id"] = message_id
+    # Celery hands a task only some keys of delivery_info, but all its properties: ``self.request.properties``.
+    properties["kmq_delivery_count"] = delivery_count
+    properties["kmq_message_id"] = message_id
     if redelivered:
         message["redelivered"] = True
     return message

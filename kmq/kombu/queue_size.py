@@ -55,13 +55,15 @@ def waiting(config: Config, queue: str, limit: int) -> int:
     reader = Consumer({
         "bootstrap.servers": config.bootstrap_servers, **config.kafka,
         # The group is only asked for its committed offsets: this client never subscribes, so never joins it.
-        "group.id": config.consumer_group(queue), "client.id": f"kmq-kombu-size-{uuid.uuid4().hex[:8]}",
+        "group.id": config.topics_for(queue).consumer_group(queue),
+        "client.id": f"kmq-kombu-size-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False, "enable.partition.eof": False,
     })
     try:
-        return _scan(reader, config.message_topic, queue.encode(), limit, timeout_s)
+        return _scan(reader, config.topics_for(queue).messages, queue.encode(), limit, timeout_s)
     except KafkaException as exc:
-        raise KafkaClientError(f"cannot count queue {queue!r} on {config.message_topic!r}: {exc.args[0]}",
+        raise KafkaClientError(f"cannot count queue {queue!r} on {config.topics_for(queue).messages!r}: "
+                               f"{exc.args[0]}",
                                retriable=True) from exc
     finally:
         reader.close()

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kmq import Config, ConfigError
+from kmq.config import session_follows_redelivery
 
 DEFAULT_PORT = 9092
-#: Bounds of the consumer group session timeout the transport derives from the visibility timeout: the broker's
-#: default minimum (group.min.session.timeout.ms) and librdkafka's default.
-SESSION_TIMEOUT_MS = (6_000, 45_000)
 #: kombu's Connection fills in this hostname when none was given: it means "not said", not "this host".
 KOMBU_DEFAULT_HOST = "localhost"
 
@@ -107,20 +105,9 @@ def config_from(hostname: str | None, port: int | None, transport_options: Mappi
             raise ConfigError("visibility_timeout", f"must be a positive number of seconds, got {timeout!r}")
         changes["redelivery_timeout_ms"] = max(2, round(timeout * 1000))
     config = config.replace(**changes) if changes else config
-    return with_session_timeout(config)
-
-
-def with_session_timeout(config: Config) -> Config:
-    """A dead worker's partitions go to the other workers once the group evicts it (the session timeout, 45 s by
-    default), and until then the tracker's copies of its tasks that land there wait too: the session timeout
-    follows the visibility timeout (within 6-45 s), unless ``consumer_kafka`` sets it."""
-    if "session.timeout.ms" in config.consumer_kafka:
-        return config
-    low, high = SESSION_TIMEOUT_MS
-    session_ms = min(max(config.redelivery_timeout_ms, low), high)
-    return config.replace(consumer_kafka={**config.consumer_kafka, "session.timeout.ms": str(session_ms),
-                                          # librdkafka's default (members learn of rebalances by it), below a third
-                                          "heartbeat.interval.ms": str(min(3_000, session_ms // 3))})
+    # A dead worker's partitions (and the tracker's copies of its tasks that land there) wait for the group to evict
+    # it: as long as the visibility timeout, not Kafka's 45 s.
+    return session_follows_redelivery(config)
 
 
 def _yaml(path: str) -> dict[str, Any]:

@@ -101,5 +101,5 @@ def _check_topics(config: Config, options: settings.TransportOptions) -> None:
             if not options.create_topics:
                 raise
             service.create_topics(partitions=options.partitions)
-            log.info("kombu_topics_created", message_topic=config.message_topic)
+            log.info("kombu_topics_created", message_topic=config.default_topics.messages)
         _checked.append(config)

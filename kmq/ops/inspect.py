@@ -11,7 +11,7 @@ what was read), with who holds it if it is in flight.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,12 +24,14 @@ from kmq.errors import KmqError
 from kmq.ops import stats
 from kmq.ops.lifecycle import Context, DeliveryFold, classify
 from kmq.ops.stats import committed_offsets, purge_times
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId, vocabulary
 from kmq.wire.markers import EndReason, Marker, MarkerType
 
 #: Order of events that share a millisecond: the way one act leads to the next.
 _CAUSAL_RANK = {"enqueued": 0, "copy": 1, "delivered": 2, "read_early": 2, "kept_alive": 3, "released": 4,
-                "returned": 4, "acked": 5, "dead_lettered": 5, "expired": 5, "purged": 5, "ended": 5}
+                "returned": 4, "acked": 5, "dead_lettered": 5, "expired": 5, "purged": 5, "ended": 5,
+                "deduplicated": 5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,49 +63,64 @@ class Life:
         return asdict(self)
 
 
-def inspect_message(config: Config, queue: str, message_id: MessageId) -> Life:
-    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of)."""
+def inspect_message(config: Config, queue: str, message_id: MessageId, *, topic_set: str | None = None) -> Life:
+    """The life of the message at ``message_id`` on the messages topic (or of the one it is a copy of), in the
+    topic set the queue lives in, or in ``topic_set`` (a queue moving between sets has messages in both)."""
     # Read in kmq stats' order where its state depends on it: committed offsets and purge times first, and every
     # copy a tracker made before an End that was read (the messages replay goes on after the markers).
-    committed, purges = committed_offsets(config, [queue]), purge_times(config)
+    topics = config.topics_for(queue) if topic_set is None else config.topic_set(topic_set)
+    committed, purges = committed_offsets(config, topics, [queue]), purge_times(config, topics)
     key = queue.encode()
-    with TopicReplay(config, config.message_topic) as messages:
+    with TopicReplay(config, topics, topics.messages) as messages:
         records, owner = _queue_records(messages.records(), key, message_id)
         if owner is None:
-            raise KmqError(f"no record at {config.message_topic}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
-                           "of a record on the messages topic")
+            others = [s.name for s in config.reading_sets(queue) if s != topics]
+            hint = f" (the queue moves from set {others[0]}: kmq inspect --set {others[0]})" if others else ""
+            raise KmqError(f"no record at {topics.messages}[{message_id}]: kmq inspect takes PARTITION:OFFSET "
+                           f"of a record on the messages topic{hint}")
         if owner != queue:
             raise KmqError(f"message {message_id} belongs to queue {owner!r}, not {queue!r}: "
                            f"kmq inspect {owner} {message_id}")
         first = next(_kafka.first_id(r) for r in records if _kafka.message_id(r) == message_id)
         copies = {_kafka.message_id(r): r for r in records if _kafka.first_id(r) == first}
-        original = copies.get(first) or next(iter(copies.values()))
-        life = Life(queue, str(first), len(original.value() or b""),
-                    {k: v.decode("utf-8", "replace")
-                     for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
-        story = _Story(life, copies, first)
         # The whole queue's deliveries, as kmq stats folds them: a kafka-mq-go tracker's copy is linked to its
         # original only among all of them.
         fold = DeliveryFold()
-        for record in _records(config, config.marker_topic, key):
+        markers: list[tuple[Marker, int]] = []
+        for record in _records(config, topics, topics.markers, key):
             at_ms = _kafka.record_timestamp_ms(record)
-            for marker in fold.add_record(record.value(), at_ms, record.offset() or 0):
-                if marker.message_id in copies:
-                    story.marker(marker, at_ms)
+            markers.extend((m, at_ms) for m in fold.add_record(record.value(), at_ms, record.offset() or 0)
+                           if m.message_id in copies)
         records.extend(r for r in messages.records() if r.key() == key)
-    letters = []
-    for record in _records(config, config.dlq_topic, key):
-        letters.append(stats.to_dead_letter(record))
+    letter_records = list(_records(config, topics, topics.dead_letters, key))
+    # The state is the one kmq stats and the audit give (one classification); the story tells how it came to be.
+    context = Context(wire.now_ms(), committed, purges, frozenset(config.at_most_once_queues))
+    found = classify(fold.deliveries, map(stats.to_record, records), map(stats.to_dead_letter, letter_records),
+                     context).get((queue, first))
+    return tell(queue, first, copies, markers, letter_records, None if found is None else found.state)
+
+
+def tell(queue: str, first: MessageId, copies: Mapping[MessageId, KafkaMessage],
+         markers: Iterable[tuple[Marker, int]], letters: Iterable[KafkaMessage], state: str | None = None) -> Life:
+    """A message's story from its own records (the original and its copies on the messages topic, by id), the
+    markers of their deliveries (each with its log time) and its dead letters, however they were read
+    (``inspect_message`` replays the topics; the console reads where it knows they are). ``state``, the
+    classification's, is the one told when the story's own ending says otherwise."""
+    original = copies.get(first) or next(iter(copies.values()))
+    life = Life(queue, str(first), len(original.value() or b""),
+                {k: v.decode("utf-8", "replace") for k, v in wire.user_headers(_kafka.header_dict(original)).items()})
+    story = _Story(life, dict(copies), first)
+    for marker, at_ms in markers:
+        if marker.message_id in copies:
+            story.marker(marker, at_ms)
+    for record in letters:
         said = wire.DeadLetterHeaders.parse(_kafka.header_dict(record))
         if said.delivery.first_message_id == first:
             story.dead_letter(_kafka.record_timestamp_ms(record), str(_kafka.message_id(record)), said)
     told = story.told()
-    # The state is the one kmq stats and the audit give (one classification); the story tells how it came to be.
-    context = Context(wire.now_ms(), committed, purges, frozenset(config.at_most_once_queues))
-    found = classify(fold.deliveries, map(stats.to_record, records), letters, context).get((queue, first))
-    if found is not None and found.state != told.state:
-        held = found.state in (vocabulary.IN_FLIGHT, vocabulary.OVERDUE)
-        told.state, told.summary, told.holder = found.state, _SAYS[found.state], told.holder if held else ""
+    if state is not None and state != told.state:
+        held = state in (vocabulary.IN_FLIGHT, vocabulary.OVERDUE)
+        told.state, told.summary, told.holder = state, _SAYS[state], told.holder if held else ""
     return told
 
 
@@ -116,6 +133,7 @@ _SAYS = {
     vocabulary.WAITING: "waiting on the messages topic",
     vocabulary.PURGED: "purged: enqueued before the queue's purge time",
     vocabulary.EXPIRED: "expired before a handler got it",
+    vocabulary.DEDUPLICATED: "a duplicate send (its dedup id came within the window): never handed out",
     vocabulary.DEAD_LETTERED: "dead-lettered",
     vocabulary.CONSUMED: "read by an at-most-once consumer (what its handler did, only the handler knows)",
     vocabulary.ENDED_BY_GO: "ended by a kafka-mq-go component (a Go consumer's ack, or a Go tracker's copy not read "
@@ -184,6 +202,11 @@ class _Story:
             what = "expired"
         elif marker.reason == wire.PURGED_REASON:
             what = "purged"
+        elif wire.is_deduplicated(marker.reason):
+            what = "deduplicated"
+            repeats = wire.duplicate_of(marker.reason)
+            if repeats is not None:
+                detail["duplicate_of"] = str(repeats)
         else:
             what = "dead_lettered"
         self._ended[marker.message_id] = Event(at_ms, what, mid, detail)
@@ -257,6 +280,10 @@ class _Story:
                 return vocabulary.EXPIRED, "expired before a handler got it", ""
             if event.what == "purged":
                 return vocabulary.PURGED, f"purged after {_plural(deliveries, 'delivery', 'deliveries')}", ""
+            if event.what == "deduplicated":
+                repeats = event.detail.get("duplicate_of")
+                said = f"duplicate of {repeats}" if repeats else _SAYS[vocabulary.DEDUPLICATED]
+                return vocabulary.DEDUPLICATED, said, ""
         if self._open:
             mid, start = max(self._open.items(), key=lambda item: item[1].delivery_count or 1)
             if any(e.what == "read_early" and e.message_id == str(mid) for e in events):
@@ -283,8 +310,8 @@ def _queue_records(read: Iterable[KafkaMessage], key: bytes,
     return mine, owner
 
 
-def _records(config: Config, topic: str, key: bytes) -> Iterator[KafkaMessage]:
-    with TopicReplay(config, topic) as replay:
+def _records(config: Config, topics: TopicSet, topic: str, key: bytes) -> Iterator[KafkaMessage]:
+    with TopicReplay(config, topics, topic) as replay:
         for record in replay.records():
             if record.key() == key:
                 yield record

@@ -295,6 +295,7 @@ def _add_delivery(m: MessageLife, d: Delivery, go_copied: bool, now_ms: int) -> 
     _add_fact(m, "purge_ends", ev[E.PURGE] + ev[E.TRACKER_PURGE], d.final_end_ms)
     _add_fact(m, "expire_ends", ev[E.EXPIRE], d.final_end_ms)
     _add_fact(m, "dead_ends", ev[E.REJECT] + ev[E.DEAD_LETTER], d.final_end_ms)
+    f["dedup_ends"] += ev[E.DEDUPLICATE]
     f["go_ends"] += bool(ev[E.GO_END]) and not go_copied
     c["refused_ends"] += ev[E.REJECT]
     c[v.DELIVERED] += d.handled
@@ -325,6 +326,9 @@ def _add_record(m: MessageLife, r: Record, deliveries: Mapping[MessageId, Delive
     started = deliveries.get(r.message_id)
     if started is not None and started.starts:
         return
+    if started is not None and started.events[E.DEDUPLICATE]:  # a duplicate send: Ended instead of Started
+        m.facts["dedup_ends"] += started.events[E.DEDUPLICATE]
+        return
     if r.message_id.offset < context.committed.get(r.queue, {}).get(r.message_id.partition, 0):
         if r.queue in context.at_most_once:
             m.facts["consumed_records"] += 1
@@ -341,9 +345,11 @@ def _finish(m: MessageLife, window: Window | None) -> None:
             if written_ms < m.last_start_ms:
                 m.facts[name] = 0
     m.state = v.state_of(m.facts)
-    refused = m.counters.pop("refused_ends", 0) + m.counters.pop("refused_letters", 0)
-    if m.state == v.DEAD_LETTERED and refused:
-        m.counters[v.REJECTED] = 1
+    # An event count (a redrive does not undo a refusal): a refusal writes a REJECT End and a letter; either may be
+    # all that was read.
+    refused = max(m.counters.pop("refused_ends", 0), m.counters.pop("refused_letters", 0))
+    if refused:
+        m.counters[v.REJECTED] = refused
     if window is None:
         return
     if window.before(m.first_id) or (m.enqueued_ms is not None and window.from_ms is not None

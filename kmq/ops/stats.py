@@ -15,49 +15,59 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
-from kmq.errors import TopicError
+from kmq.errors import KafkaClientError, TopicError
 from kmq.ops import lifecycle
 from kmq.ops.lifecycle import Context, DeadLetter, DeliveryFold, QueueSummary, Record, classify, summarise
+from kmq.topic_sets import DEFAULT_SET, TopicSet
 from kmq.wire import vocabulary as v
-from kmq.wire.control import ControlState, control_topic
+from kmq.wire.control import ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-def committed_offsets(config: Config, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
-    """Queue → partition → committed offset on the messages topic, for every queue's consumer group (or these
-    queues')."""
+def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
+    """Queue → partition → committed offset on the set's messages topic, for every queue's consumer group in the set
+    (or these queues')."""
     admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
     timeout_s = config.connect_timeout_ms / 1000
-    prefix = config.consumer_group("")  # a queue's group is the prefix and the queue (``consumer_group_prefix``)
-    if queues is None:
-        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
-        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
-    else:
-        groups = [config.consumer_group(q) for q in queues]
-    futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
-        admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
-    out: dict[str, dict[int, int]] = {}
-    for group, future in zip(groups, futures, strict=True):
-        result = future[group].result(timeout_s)
-        offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                   if tp.topic == config.message_topic and tp.offset >= 0}
-        if offsets:
-            out[group[len(prefix):]] = offsets
+    prefix = topics.consumer_group("")  # a queue's group is the prefix and the queue
+    try:
+        if queues is None:
+            listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
+            groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+        else:
+            groups = [topics.consumer_group(q) for q in queues]
+        futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
+            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
+        out: dict[str, dict[int, int]] = {}
+        for group, future in zip(groups, futures, strict=True):
+            try:
+                result = future[group].result(timeout_s)
+            except KafkaException as exc:
+                raise _kafka.to_kmq_error(exc, f"committed offsets of consumer group {group!r}") from exc
+            offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
+                       if tp.topic == topics.messages and tp.offset >= 0}
+            if offsets:
+                out[group[len(prefix):]] = offsets
+    except TimeoutError:  # the futures' own timeout: a bare TimeoutError (a traceback and no word of Kafka)
+        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:g}s "
+                               "(asking for the queues' committed offsets)", retriable=True) from None
+    except KafkaException as exc:
+        raise _kafka.to_kmq_error(exc, "the queues' committed offsets") from exc
     return out
 
 
-def control_state(config: Config) -> ControlState:
+def control_state(config: Config, topics: TopicSet) -> ControlState:
     """The queues' pauses and purge times, from the control topic (empty without one)."""
     state = ControlState()
     try:
-        with TopicReplay(config, control_topic(config.message_topic)) as replay:
+        with TopicReplay(config, topics, topics.control) as replay:
             for record in replay.records():
                 state.apply(record.key() or b"", record.value())
     except TopicError:
@@ -65,9 +75,9 @@ def control_state(config: Config) -> ControlState:
     return state
 
 
-def purge_times(config: Config) -> dict[str, int]:
+def purge_times(config: Config, topics: TopicSet) -> dict[str, int]:
     """Queue → its purge time (messages enqueued before it are purged), from the control topic."""
-    return control_state(config).purged_before
+    return control_state(config, topics).purged_before
 
 
 def fold_markers(fold: DeliveryFold, records: Iterable[KafkaMessage]) -> None:
@@ -88,20 +98,21 @@ class Scanner:
     """The topics read into message lifecycles; ``read()`` catches up with what was written since the last call and
     classifies every message again (``kmq stats``, the demo)."""
 
-    def __init__(self, config: Config, progress: Progress | None = None) -> None:
+    def __init__(self, config: Config, topics: TopicSet, progress: Progress | None = None) -> None:
         self._config = config
+        self._topics = topics
         self.fold = DeliveryFold()
         self.records: list[Record] = []
         self.dead_letters: list[DeadLetter] = []
-        self._replays = [TopicReplay(config, topic, progress)
-                         for topic in (config.marker_topic, config.message_topic, config.dlq_topic)]
+        self._replays = [TopicReplay(config, topics, topic, progress)
+                         for topic in (topics.markers, topics.messages, topics.dead_letters)]
         #: The control topic as last read (pauses and purges).
         self.control = ControlState()
 
     def read(self, now_ms: int | None = None, keep_ids: bool = False) -> dict[str, QueueSummary]:
         config = self._config
-        committed = committed_offsets(config)
-        self.control = control_state(config)
+        committed = committed_offsets(config, self._topics)
+        self.control = control_state(config, self._topics)
         purges = self.control.purged_before
         markers, messages, dead = self._replays
         fold_markers(self.fold, markers.records())
@@ -150,18 +161,40 @@ class QueueStats:
     redelivered: int
     recovered: int
     go_redelivered: int
+    #: Duplicate sends never handed out (docs/concepts/dedup.md).
+    deduplicated: int = 0
+    #: The topic set these messages are in (a queue moving between sets has a row in each).
+    topic_set: str = DEFAULT_SET
 
 
 def collect(config: Config, queues: list[str] | None = None, progress: Progress | None = None,
-            now_ms: int | None = None) -> list[QueueStats]:
-    """One row per queue seen on any topic (or per queue named)."""
-    with Scanner(config, progress) as scanner:
-        now_ms = wire.now_ms() if now_ms is None else now_ms
-        summaries = scanner.read(now_ms)
-        control = scanner.control
-    names = queues or sorted({*summaries, *(q for q in control.paused_until if control.paused(q, now_ms))})
-    return [row(name, summaries.get(name) or QueueSummary(), now_ms, _paused(control, name, now_ms))
-            for name in sorted(names)]
+            now_ms: int | None = None, *, topic_sets: list[str] | None = None) -> list[QueueStats]:
+    """One row per queue and topic set: every queue seen on any topic of each set (``topic_sets``, default every
+    set), or each of ``queues`` in every set its messages may be in (its own, and the one it moves from), or in
+    each of ``topic_sets`` when both are given."""
+    now_ms = wire.now_ms() if now_ms is None else now_ms
+    rows: list[QueueStats] = []
+    for topics in sets_to_read(config, queues, topic_sets):
+        with Scanner(config, topics, progress) as scanner:
+            summaries = scanner.read(now_ms)
+            control = scanner.control
+        if queues:
+            names = [q for q in queues if topic_sets or topics in config.reading_sets(q)]
+        else:
+            names = sorted({*summaries, *(q for q in control.paused_until if control.paused(q, now_ms))})
+        rows += [row(name, summaries.get(name) or QueueSummary(), now_ms, _paused(control, name, now_ms),
+                     topics.name) for name in names]
+    order = {s.name: i for i, s in enumerate(config.all_topic_sets)}
+    return sorted(rows, key=lambda r: (r.queue, order[r.topic_set]))
+
+
+def sets_to_read(config: Config, queues: list[str] | None, topic_sets: list[str] | None) -> list[TopicSet]:
+    """The sets ``collect`` reads."""
+    if topic_sets:
+        return [config.topic_set(name) for name in topic_sets]
+    if queues:
+        return list(dict.fromkeys(s for q in queues for s in config.reading_sets(q)))
+    return list(config.all_topic_sets)
 
 
 def _paused(control: ControlState, queue: str, now_ms: int) -> str:
@@ -171,7 +204,7 @@ def _paused(control: ControlState, queue: str, now_ms: int) -> str:
     return "yes" if until is None else f"until {wire.datetime_from_ms(until).isoformat(timespec='seconds')}"
 
 
-def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> QueueStats:
+def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "", topic_set: str = DEFAULT_SET) -> QueueStats:
     def age(oldest_ms: int) -> float:
         return round(max(0.0, (now_ms - oldest_ms) / 1000), 1) if oldest_ms else 0.0
 
@@ -180,4 +213,4 @@ def row(queue: str, summary: QueueSummary, now_ms: int, paused: str = "") -> Que
                       age(summary.oldest_in_flight_ms), s[v.DELAYED], s[v.OVERDUE], s[v.ACKED], s[v.DEAD_LETTERED],
                       c[v.REJECTED], s[v.EXPIRED], s[v.PURGED], s[v.CONSUMED], s[v.ENDED_BY_GO], s[v.VANISHED],
                       c[v.PRODUCED], c[v.DELIVERED], c[v.RELEASED], c[v.RETURNED], c[v.REDELIVERED], c[v.RECOVERED],
-                      c[v.GO_REDELIVERED])
+                      c[v.GO_REDELIVERED], deduplicated=s[v.DEDUPLICATED], topic_set=topic_set)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from kmq._kafka.group_view import GroupView
 from kmq.config import Config
 from kmq.metrics_http import GROUP_CHECK_S, Cached, Health, Pulse, Unassigned, first_problem
+from kmq.topic_sets import TopicSet
 
 #: The loop turns at least every IDLE_POLL_S; a rebalance callback may hold it for two offset queries (5 s each)
 #: per partition assigned. Past this (librdkafka's own max.poll.interval.ms), it is stuck.
@@ -25,11 +26,11 @@ class TrackerHealth:
     """``held_nothing_for_s``: GroupMembership's; ``member_id``: the group consumer's (None without one);
     ``view``: the group as its coordinator describes it (None when it cannot say); ``broker``: the BrokerProbe."""
 
-    def __init__(self, config: Config, *, broker: Health, held_nothing_for_s: Callable[[], float],
+    def __init__(self, config: Config, topics: TopicSet, *, broker: Health, held_nothing_for_s: Callable[[], float],
                  member_id: Callable[[], str | None], view: Callable[[], GroupView | None],
                  stopping: Callable[[], bool], monotonic: Callable[[], float]) -> None:
-        self._group = config.tracker_group
-        self._topic = config.marker_topic
+        self._group = topics.tracker_group
+        self._topic = topics.markers
         self._member_id = member_id
         self._view = view
         self._broker = broker

@@ -27,6 +27,7 @@ from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.redelivery.clock import Monotonic
 from kmq.redelivery.partitions import OwnedPartitions
+from kmq.topic_sets import TopicSet
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -41,11 +42,12 @@ class MarkersGroup:
     ``consume``). ``fold(records)`` feeds the records that waited for a partition's rebuild to start;
     ``on_error(err)`` sees every client error (``error_cb``)."""
 
-    def __init__(self, config: Config, consumer_for: Callable[[dict[str, Any]], GroupClient], client_id: str,
-                 owned: OwnedPartitions, fold: Callable[[Sequence[Any]], int], monotonic: Monotonic, *,
-                 on_assigned: Callable[[], None], on_fatal: Callable[[KmqError], None]) -> None:
-        self._topic = config.marker_topic
+    def __init__(self, config: Config, topics: TopicSet, consumer_for: Callable[[dict[str, Any]], GroupClient],
+                 client_id: str, owned: OwnedPartitions, fold: Callable[[Sequence[Any]], int], monotonic: Monotonic,
+                 *, on_assigned: Callable[[], None], on_fatal: Callable[[KmqError], None]) -> None:
+        self._topic = topics.markers
         self._bootstrap_servers = config.bootstrap_servers
+        self._sasl_username = config.kafka.get("sasl.username", "")
         self._owned = owned
         self._fold = fold
         self._on_assigned_hook = on_assigned
@@ -58,12 +60,12 @@ class MarkersGroup:
         #: Partition → the offset last sent in a commit (dropped when that commit failed: sent again).
         self._sent: dict[int, int] = {}
         self.membership = GroupMembership(
-            config.tracker_group, config.assignment_strategy, eager=config.eager_rebalance,
+            topics.tracker_group, config.assignment_strategy, eager=config.eager_rebalance,
             join_bound_s=config.connect_timeout_ms / 1000, on_assigned=self._on_assigned,
             on_revoking=lambda partitions: self.commit(partitions, wait=True), on_dropped=self._on_dropped,
             monotonic=monotonic)
         self.consumer = consumer_for({
-            **_kafka.consumer_settings(config.replace(client_id=""), config.tracker_group, client_id),
+            **_kafka.consumer_settings(config.replace(client_id=""), topics.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "error_cb": self._on_client_error, "on_commit": self._on_commit,
         })
@@ -128,6 +130,7 @@ class MarkersGroup:
             return None
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self._bootstrap_servers, self._sasl_username, err)
         cannot_join = self.membership.cannot_join(err)
         if cannot_join is not None:
             self._on_fatal(cannot_join)

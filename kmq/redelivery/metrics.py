@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 
 class TrackerMetrics:
@@ -72,3 +73,31 @@ class StatePublisher:
             lag = lag_of(p)
             if lag is not None:
                 m.consumer_lag.labels(str(p)).set(lag)
+
+
+class SetLabelled:
+    """The metrics of several trackers of one process, one per topic set, as one collection: every sample carries a
+    ``topic_set`` label (a queue moving between sets, or a markers partition number, is in more than one)."""
+
+    def __init__(self, per_set: dict[str, TrackerMetrics]) -> None:
+        self._per_set = per_set
+
+    def collect(self) -> list[Metric]:
+        families: dict[str, Metric] = {}
+        for name, metrics in self._per_set.items():
+            for family in metrics.registry.collect():
+                merged = families.setdefault(family.name, Metric(family.name, family.documentation, family.type,
+                                                                 family.unit))
+                for sample in family.samples:
+                    merged.add_sample(sample.name, {**sample.labels, "topic_set": name}, sample.value,
+                                      sample.timestamp, sample.exemplar)
+        return list(families.values())
+
+
+def registry_of(per_set: dict[str, TrackerMetrics]) -> CollectorRegistry:
+    """What a tracker process serves on /metrics: one set's registry as it is, several sets' labelled."""
+    if len(per_set) == 1:
+        return next(iter(per_set.values())).registry
+    registry = CollectorRegistry()
+    registry.register(SetLabelled(per_set))
+    return registry

@@ -25,6 +25,7 @@ from kmq._kafka.producer import MarkerProducer
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.redelivery.in_flight import InFlight
 from kmq.redelivery.record_reader import Failed, Found, Outcome
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
@@ -72,10 +73,11 @@ class Reader(Protocol):
 class Redeliverer:
     """Runs attempts through their steps; ``poll()`` from the tracker's loop thread, completions from any."""
 
-    def __init__(self, config: Config, sender: MarkerProducer, markers: MarkerProducer,
+    def __init__(self, config: Config, topics: TopicSet, sender: MarkerProducer, markers: MarkerProducer,
                  monotonic: Callable[[], float], on_copied: Callable[[Attempt], None],
                  client_id: str = wire.TRACKER_CLIENT_ID, reader: Reader | None = None) -> None:
         self._config = config
+        self._topics = topics
         #: Written into the tracker's Ends: the same id as its clients and clock probes.
         self._client_id = client_id
         self._sender = sender
@@ -157,7 +159,7 @@ class Redeliverer:
 
     def _copy(self, attempt: Attempt) -> None:
         item = attempt.item
-        topic = self._config.dlq_topic if attempt.dead_letter else self._config.message_topic
+        topic = self._topics.dead_letters if attempt.dead_letter else self._topics.messages
         producer = self._markers if attempt.dead_letter else self._sender  # DLQ keyed by queue, like markers
         delivery = wire.DeliveryHeaders(attempt.delivery_count, item.first_id,
                                         item.enqueued_at_ms or item.start_timestamp_ms)
@@ -187,7 +189,7 @@ class Redeliverer:
         ends, self._ends = self._ends, []
         if not self._batched:
             for attempt in ends:
-                self._produce(self._markers, self._config.marker_topic, encode(self._end_marker(attempt)),
+                self._produce(self._markers, self._topics.markers, encode(self._end_marker(attempt)),
                               attempt.item.key, [attempt])
             return
         by_key: dict[bytes, list[Attempt]] = defaultdict(list)
@@ -196,7 +198,7 @@ class Redeliverer:
         for key, attempts in by_key.items():
             value = encode_settles(key, 0, others=[self._end_marker(a) for a in attempts],
                                    client_id=self._client_id)
-            self._produce(self._markers, self._config.marker_topic, value, key, attempts)
+            self._produce(self._markers, self._topics.markers, value, key, attempts)
 
     # completions and retries
 

@@ -38,6 +38,8 @@ from kmq.redelivery.rebuild_gc import RebuildGc
 from kmq.redelivery.record_reader import LazyReader, RecordReader
 from kmq.redelivery.recorder import RedeliveryRecorder
 from kmq.redelivery.redeliverer import Redeliverer
+from kmq.redelivery.scheduler import Scheduler
+from kmq.topic_sets import TopicSet
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -75,12 +77,14 @@ class RedeliveryTracker:
     ``clients`` builds its Kafka clients (kmq._kafka.factory: confluent-kafka by default, fakes in unit tests);
     ``group_admin`` describes its group for health (made from the config by default)."""
 
-    def __init__(self, config: Config, *, metrics: TrackerMetrics | None = None,
+    def __init__(self, config: Config, topics: TopicSet | None = None, *, metrics: TrackerMetrics | None = None,
                  monotonic: Monotonic = time.monotonic, client_id: str = wire.TRACKER_CLIENT_ID,
                  clients: ClientFactory | None = None, stop_timeout_s: float = SHUTDOWN_S,
                  group_admin: GroupAdmin | None = None) -> None:
         factory = clients or KafkaClients()
         self.config = config
+        #: The topic set it serves (default: the default set), in that set's tracker group.
+        self.topics = topics = topics or config.default_topics
         self._stop_timeout_s = stop_timeout_s
         self.metrics = metrics or TrackerMetrics()
         self._monotonic = monotonic
@@ -88,35 +92,39 @@ class RedeliveryTracker:
         self._fatal: KmqError | None = None
         self._gc = RebuildGc()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
-                                      lambda p: TopicPartition(config.marker_topic, p))
+                                      lambda p: TopicPartition(topics.markers, p))
         sender = factory.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender",
-                                  config.message_topic)
+                                  topics.messages)
         markers = factory.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
-                                   "tracker-markers", config.marker_topic)
+                                   "tracker-markers", topics.markers)
         #: Purges (kmq purge): an expired message enqueued before its queue's purge time is Ended, not copied.
-        control = factory.control(config, None).start()
+        control = factory.control(config, topics, None).start()
         #: Reads back the records of Starts by reference when they are redelivered (made on the first).
         reader = LazyReader(lambda: RecordReader(
-            factory.reader(_kafka.reader_settings(config, wire.private_group("read-back"), f"{client_id}-reader")),
-            config.message_topic, self._redeliverer.read_done, monotonic=monotonic))
+            factory.reader(_kafka.reader_settings(config, topics.private_group("read-back"), f"{client_id}-reader")),
+            topics.messages, self._redeliverer.read_done, monotonic=monotonic))
         self._clients = TrackerClients(sender, markers, control, reader)
         self._recorder = RedeliveryRecorder(self.metrics, self._clock_now_ms)
-        self._redeliverer = Redeliverer(config, sender, markers, monotonic, self._recorder.record, client_id, reader)
+        self._redeliverer = Redeliverer(config, topics, sender, markers, monotonic, self._recorder.record, client_id,
+                                        reader)
         self._fold = MarkerFold(self._owned, self.metrics.malformed, monotonic)
         #: Fresh broker time for partitions caught up on (kmq format only: see clock_probe).
-        probes = (ClockProbes(markers, config.marker_topic, client_id, monotonic)
+        probes = (ClockProbes(markers, topics.markers, client_id, monotonic)
                   if config.marker_format == MARKER_FORMAT_KMQ else None)
         self._expiry = Expiry(self._owned, probes, monotonic, config.max_deliveries,
                               lambda: control.state.purged_before)
         self._publisher = StatePublisher(self.metrics, monotonic) if config.metrics_port > 0 else None
-        self._group = MarkersGroup(config, factory.group_consumer, client_id, self._owned, self._fold.fold, monotonic,
-                                   on_assigned=self._gc.pause, on_fatal=self._fail)
+        self._group = MarkersGroup(config, topics, factory.group_consumer, client_id, self._owned, self._fold.fold,
+                                   monotonic, on_assigned=self._gc.pause, on_fatal=self._fail)
+        #: Recurring schedules (kmq schedule): this replica fires those it is primary for, and stands by for the rest.
+        self._scheduler = Scheduler(config, topics, control, lambda: self._group.membership.assigned,
+                                    f"{client_id}@{_kafka.instance_id()}", factory)
         admin = group_admin or KafkaGroupAdmin(config)
         self._health = TrackerHealth(
-            config, broker=BrokerProbe(markers.client, config.marker_topic,
-                                       stalled=lambda: max(markers.stalled_s(), sender.stalled_s())),
+            config, topics, broker=BrokerProbe(markers.client, topics.markers,
+                                               stalled=lambda: max(markers.stalled_s(), sender.stalled_s())),
             held_nothing_for_s=self._group.membership.held_nothing_for_s, member_id=self._group.member_id,
-            view=lambda: admin.view(config.tracker_group, config.marker_topic, PROBE_TIMEOUT_S),
+            view=lambda: admin.view(topics.tracker_group, topics.markers, PROBE_TIMEOUT_S),
             stopping=self._stop.is_set, monotonic=monotonic)
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -124,8 +132,9 @@ class RedeliveryTracker:
     def run(self) -> None:
         """Tracks and redelivers until ``stop()``, then hands everything back cleanly. Raises KmqError when it
         stopped because it cannot go on (a group it cannot join, out of its group past ``unassigned_exit_ms``)."""
-        log.info("tracker_started", marker_topic=self.config.marker_topic, group=self.config.tracker_group,
+        log.info("tracker_started", marker_topic=self.topics.markers, group=self.topics.tracker_group,
                  kafka=self.config.redacted_kafka())
+        self._scheduler.start()
         try:
             while not self._stop.is_set():
                 self._poll_iteration()
@@ -213,6 +222,7 @@ class RedeliveryTracker:
             redeliverer.poll(self._owned.__contains__)
             time.sleep(0.02)
         self._recorder.copy_log.flush()
+        self._scheduler.close(max(0.5, deadline - self._monotonic()))
         self._clients.close(deadline, self._monotonic)
         self._group.commit(list(self._owned))
         closer = threading.Thread(target=self._group.close, name="kmq-tracker-close", daemon=True)

@@ -5,6 +5,7 @@ gets a fresh temporary directory with its own ``server.properties``, ``log4j2.pr
 
 Three ways to use it: ``with LocalKafka() as broker: broker.bootstrap_servers``; the pytest session
 fixture in ``tests/conftest.py``; and ``python -m kmq.testing.broker up|down|status`` (``make kafka-up``).
+``LocalKafka(secure=True)`` starts it with SASL_SSL, SCRAM users and an authorizer (kmq.testing.security).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +31,7 @@ from types import TracebackType
 
 from kmq._maven import MavenError, cache_root, copy_jars
 from kmq.errors import KmqError
+from kmq.testing.security import Security
 
 KAFKA_VERSION = os.environ.get("KMQ_BROKER_VERSION", "4.4.0")
 POM = Path(__file__).with_name("kafka-pom.xml")
@@ -138,14 +141,20 @@ def jvm_command(java: str, heap: str, log4j: Path, libs: Path) -> list[str]:
             f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
 
 
-def format_storage(jvm: list[str], props_file: Path, cluster_id: str, *, standalone: bool) -> None:
+def format_storage(jvm: list[str], props_file: Path, cluster_id: str, *, standalone: bool,
+                   security: Security | None = None) -> None:
     """``StorageTool format``: ``standalone`` for a single node that bootstraps its own quorum, plain for a node
-    of a static ``controller.quorum.voters`` quorum (every voter formatted with the same cluster id)."""
+    of a static ``controller.quorum.voters`` quorum (every voter formatted with the same cluster id); with
+    ``security``, the super user's SCRAM credentials are written into the metadata log too."""
+    extra = security.format_arguments() if security is not None else []
     fmt = subprocess.run(
         [*jvm, "kafka.tools.StorageTool", "format", *(["--standalone"] if standalone else []),
-         f"--cluster-id={cluster_id}", "-c", str(props_file)], capture_output=True, text=True, check=False)
+         f"--cluster-id={cluster_id}", "-c", str(props_file), *extra], capture_output=True, text=True, check=False)
     if fmt.returncode != 0:
-        raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        said = f"{fmt.stdout}{fmt.stderr}"
+        if security is not None:
+            said = said.replace(security.admin_password, "***")
+        raise BrokerError(f"formatting Kafka storage failed:\n{said}")
 
 
 def die_with_parent() -> None:
@@ -167,12 +176,20 @@ class LocalKafka:
     work_dir: Path | None = None
     #: More client listeners: name → (address, port), each advertising its own address (see server_properties).
     extra_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: SASL_SSL (SCRAM-SHA-512) for clients, TLS between the node's own listeners, and the StandardAuthorizer.
+    secure: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     start_seconds: float = field(default=0.0, init=False)
+    #: With ``secure``: the CA, the node's certificate and the super user (made at start).
+    security: Security | None = field(default=None, init=False)
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def admin_settings(self) -> dict[str, str]:
+        """librdkafka settings of a client with every right: the super user's on a secured broker."""
+        return self.security.admin_settings() if self.security is not None else {}
 
     @property
     def log_file(self) -> Path:
@@ -192,13 +209,17 @@ class LocalKafka:
         self.work_dir = self.work_dir or Path(tempfile.mkdtemp(prefix="kmq-kafka-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         props_file = self.work_dir / "server.properties"
-        props = server_properties(self.port, controller_port, self.work_dir / "data", self.overrides,
+        secured: dict[str, str] = {}
+        if self.secure:
+            self.security = Security.create(self.work_dir / "security")
+            secured = self.security.server_properties(self.port, free_port(), controller_port)
+        props = server_properties(self.port, controller_port, self.work_dir / "data", {**secured, **self.overrides},
                                   extra_listeners=self.extra_listeners)
         props_file.write_text(render_properties(props))
         log4j = self.work_dir / "log4j2.properties"
         log4j.write_text(log4j2_properties(self.log_file))
         jvm = jvm_command(java, self.heap, log4j, libs)
-        format_storage(jvm, props_file, new_cluster_id(), standalone=True)
+        format_storage(jvm, props_file, new_cluster_id(), standalone=True, security=self.security)
         out = open(self.work_dir / "stdout.log", "wb")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
             [*jvm, "kafka.Kafka", str(props_file)], stdout=out, stderr=subprocess.STDOUT,
@@ -217,7 +238,7 @@ class LocalKafka:
         from confluent_kafka.admin import AdminClient
 
         deadline = started + self.start_timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0, **self.admin_settings()})
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
@@ -260,8 +281,18 @@ class LocalKafka:
 
 # --- `make kafka-up` / `make kafka-down`: a broker that outlives the command that started it -----------
 
+def run_dir(checkout: Path | None = None) -> Path:
+    """Where `make kafka-up` and `make cluster-up` keep their state and data: a directory per checkout (this one's,
+    by default), so a second checkout's `make kafka-down` stops its own broker, not the first one's."""
+    if checkout is None:
+        root = Path(__file__).resolve().parents[2]
+        checkout = root if (root / "pyproject.toml").exists() else Path.cwd()
+    checkout = checkout.resolve()
+    return cache_root() / "run" / f"{checkout.name}-{hashlib.sha256(str(checkout).encode()).hexdigest()[:10]}"
+
+
 def _state_file() -> Path:
-    return cache_root() / "run" / "broker.json"
+    return run_dir() / "broker.json"
 
 
 def up(port: int | None) -> str:
@@ -271,8 +302,9 @@ def up(port: int | None) -> str:
         if alive(int(info["pid"])):
             return str(info["bootstrap"])
         state.unlink()
-    work = cache_root() / "run" / "broker"
+    work = run_dir() / "broker"
     shutil.rmtree(work, ignore_errors=True)
+    work.parent.mkdir(parents=True, exist_ok=True)
     broker = LocalKafka(port=port, detached=True, work_dir=work).start()
     assert broker.process is not None
     state.write_text(json.dumps({"pid": broker.process.pid, "bootstrap": broker.bootstrap_servers,

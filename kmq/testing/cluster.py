@@ -8,6 +8,8 @@ partition's leader, a group's coordinator and the active controller.
 Three ways to use it: ``with LocalCluster() as cluster: cluster.bootstrap_servers``; the session fixture in
 ``tests/cluster/conftest.py``; and ``python -m kmq.testing.cluster up|down|status|kill N|stop N|restart N``
 (``make cluster-up``), whose nodes outlive the command and are found again through a state file.
+``LocalCluster(secure=True)`` (in-process only) secures every node as ``LocalKafka(secure=True)`` does: SASL_SSL for
+clients, TLS with the nodes' certificate between them, and the StandardAuthorizer.
 
 Failover speed: Kafka moves a dead broker's leaderships and drops it from every ISR when the controller *fences*
 it, ``broker.session.timeout.ms`` after its last heartbeat (default 9 s). Until then every acks=all write to a
@@ -32,7 +34,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kmq._maven import cache_root
 from kmq.testing.broker import (
     KAFKA_VERSION,
     BrokerError,
@@ -43,10 +44,12 @@ from kmq.testing.broker import (
     log4j2_properties,
     new_cluster_id,
     render_properties,
+    run_dir,
     server_properties,
 )
 from kmq.testing.cluster_admin import ClusterAdmin
 from kmq.testing.cluster_node import ClusterNode
+from kmq.testing.security import Security
 
 CLUSTER_HEAP = "512m"
 #: Faster than Kafka's defaults (9000 / 2000 / 30000 ms), still safe on a loaded 2-core machine: a broker is
@@ -98,8 +101,16 @@ class LocalCluster:
     #: it (``ip netns exec NS``: a node in a network namespace, for partitions; kmq.testing.faults).
     hosts: dict[int, str] = field(default_factory=dict)
     launch_prefix: dict[int, list[str]] = field(default_factory=dict)
+    #: SASL_SSL (SCRAM-SHA-512) for clients, TLS between the nodes, the StandardAuthorizer (kmq.testing.security).
+    secure: bool = False
     nodes: list[ClusterNode] = field(default_factory=list, init=False)
     start_seconds: float = field(default=0.0, init=False)
+    #: With ``secure``: the CA, the nodes' certificate and the super user (made at start).
+    security: Security | None = field(default=None, init=False)
+
+    def admin_settings(self) -> dict[str, str]:
+        """librdkafka settings of a client with every right: the super user's on a secured cluster."""
+        return self.security.admin_settings() if self.security is not None else {}
 
     @property
     def bootstrap_servers(self) -> str:
@@ -121,21 +132,26 @@ class LocalCluster:
         ports = [(free_port(), free_port()) for _ in range(self.size)]
         voters = ",".join(f"{i}@{self.hosts.get(i, '127.0.0.1')}:{c}" for i, (_p, c) in enumerate(ports, start=1))
         cluster_id = new_cluster_id()
+        if self.secure:
+            if self.detached:
+                raise BrokerError("a secured cluster runs in-process only (its super user's password is not kept)")
+            self.security = Security.create(self.work_dir / "security")
         formats = []
         for node_id, (port, ctrl) in enumerate(ports, start=1):
             node_dir = self.work_dir / f"node-{node_id}"
             node_dir.mkdir(parents=True, exist_ok=True)
             props_file = node_dir / "server.properties"
             host = self.hosts.get(node_id, "127.0.0.1")
+            secured = self.security.server_properties(port, free_port(), ctrl) if self.security else {}
             props_file.write_text(render_properties(node_properties(
-                node_id, port, ctrl, voters, node_dir / "data", self.size, self.overrides, host)))
+                node_id, port, ctrl, voters, node_dir / "data", self.size, {**secured, **self.overrides}, host)))
             log4j = node_dir / "log4j2.properties"
             log4j.write_text(log4j2_properties(node_dir / "broker.log"))
             jvm = jvm_command(java, self.heap, log4j, libs)
             formats.append((jvm, props_file))
             command = [*self.launch_prefix.get(node_id, []), *jvm, "kafka.Kafka", str(props_file)]
             self.nodes.append(ClusterNode(node_id, port, ctrl, node_dir, command, self.detached, host=host))
-        _format_all(formats, cluster_id)
+        _format_all(formats, cluster_id, self.security)
         try:
             for node in self.nodes:
                 node.launch()
@@ -177,7 +193,7 @@ class LocalCluster:
         """Leaders, ISRs, coordinators and live brokers, asked of the live nodes (a new client each time: cheap,
         never stale)."""
         live = [n.address for n in self.nodes if n.alive]
-        return ClusterAdmin(",".join(live) or self.bootstrap_servers)
+        return ClusterAdmin(",".join(live) or self.bootstrap_servers, self.admin_settings())
 
     def active_controller(self) -> int | None:
         return quorum_leader(self.nodes)
@@ -197,7 +213,7 @@ class LocalCluster:
                 if not node.alive:
                     raise BrokerError(f"Kafka node {node.node_id} is not running:\n{node.log_tail()}")
                 with contextlib.suppress(BrokerError):
-                    if node.node_id in ClusterAdmin(node.address).brokers(2.0):
+                    if node.node_id in ClusterAdmin(node.address, self.admin_settings()).brokers(2.0):
                         break
                 if time.monotonic() >= deadline:
                     raise BrokerError(f"Kafka node {node.node_id} not ready within {timeout_s:.0f}s:\n"
@@ -238,10 +254,10 @@ class LocalCluster:
         return cluster
 
 
-def _format_all(formats: list[tuple[list[str], Path]], cluster_id: str) -> None:
+def _format_all(formats: list[tuple[list[str], Path]], cluster_id: str, security: Security | None) -> None:
     """Formats every node's storage with the same cluster id, in parallel (each is a JVM start)."""
     with ThreadPoolExecutor(len(formats)) as pool:
-        for result in [pool.submit(format_storage, jvm, props, cluster_id, standalone=False)
+        for result in [pool.submit(format_storage, jvm, props, cluster_id, standalone=False, security=security)
                        for jvm, props in formats]:
             result.result()
 
@@ -268,7 +284,7 @@ def quorum_leader(nodes: list[ClusterNode]) -> int | None:
 # --- `make cluster-up` / `make cluster-down`: nodes that outlive the command that started them ---------------
 
 def state_file() -> Path:
-    return cache_root() / "run" / "cluster.json"
+    return run_dir() / "cluster.json"
 
 
 def attach() -> LocalCluster | None:
@@ -291,7 +307,7 @@ def up(overrides: Mapping[str, str] | None = None) -> str:
         if any(n.alive for n in running.nodes):
             return running.bootstrap_servers
         state_file().unlink()
-    work = cache_root() / "run" / "cluster"
+    work = run_dir() / "cluster"
     shutil.rmtree(work, ignore_errors=True)
     cluster = LocalCluster(detached=True, work_dir=work, overrides=dict(overrides or {})).start()
     _save(cluster)

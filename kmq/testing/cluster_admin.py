@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -33,10 +33,12 @@ def offsets_partition(group: str, partitions: int) -> int:
 class ClusterAdmin:
     """Read-only questions about a cluster, each answered within ``timeout_s`` or a BrokerError naming it."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
+    def __init__(self, bootstrap_servers: str, settings: Mapping[str, str] | None = None) -> None:
+        #: Client settings beside the servers: a secured cluster's super user (kmq.testing.security).
+        self._settings = dict(settings or {})
         # log_level 0: a fault test kills brokers on purpose; the admin's "connection refused" lines are noise.
         self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0,
-                                   "topic.metadata.refresh.interval.ms": 1000})
+                                   "topic.metadata.refresh.interval.ms": 1000, **self._settings})
 
     def brokers(self, timeout_s: float = 10.0) -> set[int]:
         """The registered, unfenced brokers (a killed node stays listed until the controller fences it)."""
@@ -78,7 +80,7 @@ class ClusterAdmin:
         """Makes the cluster create ``__consumer_offsets`` now (it does on the first group request) and waits until
         each of its partitions has a leader, so that the first consumer group of a test finds its coordinator."""
         consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "kmq-cluster-ready",
-                             "log_level": 0})
+                             "log_level": 0, **self._settings})
         try:
             _retry(lambda: consumer.committed([TopicPartition(OFFSETS_TOPIC + "-probe", 0)], timeout=5),
                    timeout_s, "the group coordinator")

@@ -1,6 +1,7 @@
 """The control topic's records: pause/resume and purge, keyed per queue, and their fold into ControlState.
 
 Records are keyed ``pause/<queue>`` (value: JSON ``{"until_ms": …}``; a tombstone resumes),
+``schedule/<name>`` and ``fired/<name>`` (recurring schedules and the tick fired last: kmq.wire.schedule),
 ``purge/<queue>`` (value: JSON ``{"before_ms": …}``; a later purge with an earlier time changes nothing), and, for
 consumers with a stable ``client_id``, ``claim/<client_id>`` (a consumer starting with it: ``{"instance": …}``) and
 ``alive/<client_id>`` (the instance that holds it answering a later claim: ``{"instance": …, "claim": offset}``).
@@ -13,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 
 import structlog
+
+from kmq.wire.schedule import FIRED, SCHEDULE, Schedule, decode_schedule
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -54,6 +57,10 @@ class ControlState:
     claims: dict[str, IdentityRecord] = field(default_factory=dict)
     #: client_id → the newest answer of an instance that holds it to a later claim.
     alive: dict[str, IdentityRecord] = field(default_factory=dict)
+    #: name → a recurring schedule (kmq schedule add).
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    #: name → the newest tick of it a tracker fired (ms since the epoch).
+    fired: dict[str, int] = field(default_factory=dict)
 
     def apply(self, key: bytes, value: bytes | None, offset: int = -1) -> None:
         """Folds one control record (at ``offset`` of the control topic); a malformed one is logged and skipped."""
@@ -74,6 +81,15 @@ class ControlState:
                 self.claims[text[len(CLAIM):]] = IdentityRecord(str(data["instance"]), offset)
             elif text.startswith(ALIVE) and data is not None:
                 self.alive[text[len(ALIVE):]] = IdentityRecord(str(data["instance"]), offset, int(data["claim"]))
+            elif text.startswith(SCHEDULE):
+                name = text[len(SCHEDULE):]
+                if data is None:
+                    self.schedules.pop(name, None)
+                else:
+                    self.schedules[name] = decode_schedule(name, data)
+            elif text.startswith(FIRED) and data is not None:
+                name = text[len(FIRED):]
+                self.fired[name] = max(self.fired.get(name, 0), int(data["tick_ms"]))
             else:
                 raise ValueError("unknown key")
         except (ValueError, KeyError, TypeError, AttributeError) as err:

@@ -6,19 +6,23 @@ component) is named here. Pure: no Kafka imports.
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from kmq.errors import InvalidQueueNameError
 
 __all__ = [
     "CLOCK_PROBE_KEY",
     "CONSUMER_GROUP_PREFIX",
+    "DEDUPLICATED_REASON",
     "DELAY_REASON",
+    "DLQ_SUFFIX",
     "EXPIRED_REASON",
+    "HEADER_DEDUP_ID",
     "HEADER_DELIVERY_COUNT",
     "HEADER_DELIVER_AT",
     "HEADER_DLQ_QUEUE",
@@ -28,12 +32,21 @@ __all__ = [
     "HEADER_FIRST_ID",
     "HEADER_TIME_LIMIT",
     "INTERNAL_HEADERS",
+    "MAX_DEDUP_ID_LENGTH",
     "MAX_QUEUE_NAME_LENGTH",
+    "OPTION_HEADERS",
+    "PRIVATE_GROUP_PREFIX",
     "PURGED_REASON",
+    "REDRIVE_GROUP_PREFIX",
     "REJECTED_REASON",
     "RELEASE_REASON",
     "RESERVED_HEADER_PREFIX",
     "RETURN_REASON",
+    "SET_CONSUMER_GROUP",
+    "SET_MARKERS_TOPIC",
+    "SET_MESSAGES_TOPIC",
+    "SET_REDRIVE_GROUP",
+    "SET_TRACKER_GROUP",
     "TRACKER_CLIENT_ID",
     "TRACKER_GROUP",
     "UNCOUNTED_REASONS",
@@ -42,7 +55,11 @@ __all__ = [
     "DeliveryHeaders",
     "MessageId",
     "consumer_group",
+    "content_dedup_id",
     "datetime_from_ms",
+    "deduplicated_reason",
+    "duplicate_of",
+    "is_deduplicated",
     "max_deliveries_reason",
     "ms_after",
     "ms_from_datetime",
@@ -51,6 +68,7 @@ __all__ = [
     "private_group",
     "redrive_group",
     "user_headers",
+    "validate_dedup_id",
     "validate_queue_name",
 ]
 
@@ -79,18 +97,55 @@ class MessageId(NamedTuple):
 MAX_QUEUE_NAME_LENGTH = 200
 
 
+def _name_problem(what: str, name: object, limit: int, *, stripped: bool) -> str | None:
+    """Why ``name`` cannot be a ``what`` (a non-empty printable string of at most ``limit`` UTF-8 bytes, without
+    surrounding spaces if ``stripped``), or None."""
+    if not isinstance(name, str):
+        return f"{what} must be a string, got {type(name).__name__}"
+    if not name:
+        return f"{what} must not be empty"
+    if len(name.encode()) > limit:
+        return f"{what} {name[:20]!r}… is {len(name.encode())} bytes; the limit is {limit}"
+    if not name.isprintable() or (stripped and name != name.strip()):
+        return f"{what} {name!r} must be printable" + (", without surrounding spaces" if stripped else "")
+    return None
+
+
 def validate_queue_name(name: object) -> str:
     """``name`` if it can be a queue id; else InvalidQueueNameError saying why."""
-    if not isinstance(name, str):
-        raise InvalidQueueNameError(f"queue name must be a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidQueueNameError("queue name must not be empty")
-    if len(name.encode()) > MAX_QUEUE_NAME_LENGTH:
-        raise InvalidQueueNameError(f"queue name {name[:20]!r}… is {len(name.encode())} bytes; "
-                                    f"the limit is {MAX_QUEUE_NAME_LENGTH}")
-    if not name.isprintable() or name != name.strip():
-        raise InvalidQueueNameError(f"queue name {name!r} must be printable, without surrounding spaces")
-    return name
+    problem = _name_problem("queue name", name, MAX_QUEUE_NAME_LENGTH, stripped=True)
+    if problem is not None:
+        raise InvalidQueueNameError(problem)
+    return cast(str, name)  # a str: _name_problem said so
+
+
+# --- deduplication ids -------------------------------------------------------------------------------------------
+
+#: The longest dedup id, in UTF-8 bytes (SQS allows 128 characters; a schedule's default id is longer).
+MAX_DEDUP_ID_LENGTH = 256
+
+
+def validate_dedup_id(dedup_id: object) -> str:
+    """``dedup_id`` if it can be a send's dedup id (a non-empty printable string of at most
+    ``MAX_DEDUP_ID_LENGTH`` bytes); else ValueError saying why."""
+    problem = _name_problem("dedup_id", dedup_id, MAX_DEDUP_ID_LENGTH, stripped=False)
+    if problem is not None:
+        raise ValueError(problem)
+    return cast(str, dedup_id)  # a str: _name_problem said so
+
+
+def content_dedup_id(payload: bytes, headers: Sequence[tuple[str, bytes]]) -> str:
+    """The dedup id of a send on a ``content_dedup_queues`` queue: SHA-256 of its payload and user headers (in
+    name order, each length-prefixed, so no two different sends encode alike), hex, prefixed ``sha256:``. kmq's own
+    option headers are left out: a retried send's due time or expiry differs, its content does not."""
+    digest = hashlib.sha256()
+    digest.update(len(payload).to_bytes(8, "big"))
+    digest.update(payload)
+    for name, value in sorted(headers):
+        encoded = name.encode()
+        digest.update(len(encoded).to_bytes(4, "big") + encoded + len(value).to_bytes(8, "big"))
+        digest.update(value)
+    return "sha256:" + digest.hexdigest()
 
 
 # --- headers of messages-topic and dead-letter records ---------------------------------------------------------
@@ -109,13 +164,20 @@ HEADER_TIME_LIMIT = "kmq-time-limit-ms"
 HEADER_DELIVER_AT = "kmq-deliver-at-ms"
 #: Optional, set by the producer (``ttl``, or the queue's default): no handler gets the message after this time.
 HEADER_EXPIRES_AT = "kmq-expires-at-ms"
+#: Optional, set by the producer (``send(dedup_id=…)``, or a hash of the content on a ``content_dedup_queues``
+#: queue): the send's deduplication id. A handler sees it; a redelivered copy keeps it but is never checked again.
+HEADER_DEDUP_ID = "kmq-dedup-id"
 #: On a dead letter: why it was dead-lettered, and the queue it came from.
 HEADER_DLQ_REASON = "kmq-dead-letter-reason"
 HEADER_DLQ_QUEUE = "kmq-queue"
-#: kmq's own headers, which a handler never sees in ``Message.headers`` (the time limit and the due time stay
-#: visible: they travel with the payload through Starts and redelivered copies).
+#: kmq's own headers of a delivery, which a Message reads into its fields (``delivery_count``,
+#: ``first_message_id``, ``enqueued_at_ms``) and never carries.
 INTERNAL_HEADERS = frozenset({HEADER_DELIVERY_COUNT, HEADER_FIRST_ID, HEADER_ENQUEUED_AT, HEADER_DLQ_REASON,
                               HEADER_DLQ_QUEUE})
+#: The send options a producer writes as headers: a Message carries them (they travel with the payload through
+#: Starts and redelivered copies) and shows them as ``time_limit``, ``deliver_at`` and ``expires_at``, not in
+#: ``Message.headers``.
+OPTION_HEADERS = frozenset({HEADER_TIME_LIMIT, HEADER_DELIVER_AT, HEADER_EXPIRES_AT})
 
 
 class DeliveryHeaders(NamedTuple):
@@ -157,6 +219,9 @@ DELAY_REASON = "delayed"
 EXPIRED_REASON = "expired"
 #: ``reason`` of the End (REJECTED) of a message settled by ``kmq purge``: never (again) handed to a handler.
 PURGED_REASON = "purged"
+#: ``reason`` of the End (REJECTED) of a duplicate send (docs/concepts/dedup.md): never Started, never handed out.
+#: The End's full reason names the message it repeats: ``deduplicated: duplicate of P:O``.
+DEDUPLICATED_REASON = "deduplicated"
 #: Reasons after which the tracker's copy keeps the delivery count: no handler had the message.
 UNCOUNTED_REASONS = frozenset({RETURN_REASON, DELAY_REASON})
 #: The dead-letter reason of a ``reject()`` that gave none.
@@ -165,6 +230,28 @@ REJECTED_REASON = "rejected"
 #: reference) when the tracker could not read that record back: deleted by retention, compacted away, or the topic
 #: recreated. The dead letter has no payload; its headers keep the ids, the delivery count and the queue.
 UNREADABLE_REASON = "record unreadable"
+
+
+def deduplicated_reason(original: MessageId) -> str:
+    """The End reason of a duplicate of ``original`` (the send of its id that was let through)."""
+    return f"{DEDUPLICATED_REASON}: duplicate of {original}"
+
+
+def duplicate_of(reason: str) -> MessageId | None:
+    """The message a deduplicated End names (``deduplicated_reason``), or None if ``reason`` is not one; an End
+    reason ``deduplicated`` without a readable id names none (None too: ``is_deduplicated`` tells it)."""
+    prefix = DEDUPLICATED_REASON + ": duplicate of "
+    if not reason.startswith(prefix):
+        return None
+    try:
+        return MessageId.parse(reason[len(prefix):])
+    except ValueError:
+        return None
+
+
+def is_deduplicated(reason: str) -> bool:
+    """Whether an End's reason says it ended a duplicate send (``deduplicated_reason``)."""
+    return reason == DEDUPLICATED_REASON or reason.startswith(DEDUPLICATED_REASON + ":")
 
 
 def max_deliveries_reason(max_deliveries: int) -> str:
@@ -220,14 +307,30 @@ def consumer_group(queue: str, prefix: str = CONSUMER_GROUP_PREFIX) -> str:
     return f"{prefix}{queue}"
 
 
-def redrive_group(queue: str) -> str:
+#: The default topic set's prefixes of the redrive groups and of the one-reader groups.
+REDRIVE_GROUP_PREFIX = "kmq-dlq-redrive-"
+PRIVATE_GROUP_PREFIX = "kmq-"
+
+
+def redrive_group(queue: str, prefix: str = REDRIVE_GROUP_PREFIX) -> str:
     """The group whose committed offsets record how far ``kmq dlq redrive`` has moved a queue's dead letters."""
-    return f"kmq-dlq-redrive-{queue}"
+    return f"{prefix}{queue}"
 
 
-def private_group(purpose: str) -> str:
+def private_group(purpose: str, prefix: str = PRIVATE_GROUP_PREFIX) -> str:
     """A group of one reader that only assigns partitions (a replay, a control follower): never shared."""
-    return f"kmq-{purpose}-{uuid.uuid4().hex}"
+    return f"{prefix}{purpose}-{uuid.uuid4().hex}"
+
+
+# --- topic sets: the resources of a named set, under its prefix P (docs/concepts/topic-sets.md) -------------------
+
+#: ``P.messages`` and ``P.markers``; the dead-letter and control topics follow from the messages topic as in the
+#: default set (``<messages>.dlq``, ``<messages>.control``).
+SET_MESSAGES_TOPIC, SET_MARKERS_TOPIC = "messages", "markers"
+#: ``P.consumer.<queue>``, ``P.tracker``, ``P.dlq-redrive.<queue>``; one-reader groups ``P.<purpose>-<uuid>``.
+SET_CONSUMER_GROUP, SET_TRACKER_GROUP, SET_REDRIVE_GROUP = "consumer.", "tracker", "dlq-redrive."
+#: The suffix of the default dead-letter topic's name (``<message_topic>.dlq``).
+DLQ_SUFFIX = ".dlq"
 
 
 #: The client id a tracker's clients, clock probes and Ends carry unless configured otherwise.

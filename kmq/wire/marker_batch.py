@@ -54,14 +54,15 @@ class Startable(Referable, Protocol):
     @property
     def payload(self) -> bytes: ...
     @property
-    def headers(self) -> Mapping[str, bytes]: ...
+    def record_headers(self) -> Mapping[str, bytes]: ...
 
 
 def start_size(message: Startable) -> int:
     """Roughly what ``message`` adds to a batch record, to split batches below the broker's size limit."""
-    if not message.headers:
+    headers = message.record_headers
+    if not headers:
         return len(message.payload) + START_OVERHEAD_BYTES
-    return len(message.payload) + sum(len(k) + len(v) + 4 for k, v in message.headers.items()) + START_OVERHEAD_BYTES
+    return len(message.payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + START_OVERHEAD_BYTES
 
 
 def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startable], *,
@@ -79,7 +80,7 @@ def encode_starts(key: bytes, redeliver_after_ms: int, starts: Sequence[Startabl
         first = message.first_message_id
         if first != mid:
             entry.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
-        for name, value in message.headers.items():
+        for name, value in message.record_headers.items():
             entry.headers.add(key=name, value=value)
     return (REFS_PREFIX if refs else BATCH_PREFIX) + batch.SerializeToString()
 

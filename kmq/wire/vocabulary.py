@@ -18,7 +18,14 @@ from __future__ import annotations
 import re
 from enum import IntEnum
 
-from kmq.wire.conventions import DELAY_REASON, EXPIRED_REASON, PURGED_REASON, RELEASE_REASON, RETURN_REASON
+from kmq.wire.conventions import (
+    DELAY_REASON,
+    EXPIRED_REASON,
+    PURGED_REASON,
+    RELEASE_REASON,
+    RETURN_REASON,
+    is_deduplicated,
+)
 from kmq.wire.markers import EndReason, Marker, MarkerType
 
 # --- states: where a message is now (exactly one) ----------------------------------------------------------------
@@ -40,8 +47,12 @@ WAITING = "waiting"
 PURGED = "purged"
 #: Read after its time to live: never handed to a handler (dead-lettered with reason ``expired``, or dropped).
 EXPIRED = "expired"
-#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; counted again as ``rejected``), or
-#: dead-lettered after ``max_deliveries`` (by a worker or a tracker).
+#: A duplicate send: a record with the same dedup key reached its partition less than ``dedup_window_ms`` before it
+#: (docs/concepts/dedup.md). Ended without a Start, never handed to a handler; ``kmq inspect`` names the message it
+#: repeats.
+DEDUPLICATED = "deduplicated"
+#: On the dead-letter topic: refused by a handler (``reject``, ``kmq.Reject``; each refusal is a ``rejected`` event
+#: too), or dead-lettered after ``max_deliveries`` (by a worker or a tracker).
 DEAD_LETTERED = "dead_lettered"
 #: Read by an at-most-once queue's consumer, which writes no markers: handed out once (or expired or purged without
 #: a trace). What its handler did, only the handler knows.
@@ -53,10 +64,10 @@ ENDED_BY_GO = "ended_by_go"
 #: markers was committed past without a Start. Never expected; the audit counts it as lost.
 VANISHED = "vanished"
 
-STATES = (ACKED, IN_FLIGHT, DELAYED, OVERDUE, WAITING, PURGED, EXPIRED, DEAD_LETTERED, CONSUMED, ENDED_BY_GO,
-          VANISHED)
+STATES = (ACKED, IN_FLIGHT, DELAYED, OVERDUE, WAITING, PURGED, EXPIRED, DEDUPLICATED, DEAD_LETTERED, CONSUMED,
+          ENDED_BY_GO, VANISHED)
 #: Settled for good: a message in one of these states is never handed out again (unless a redrive puts it back).
-FINAL_STATES = (ACKED, PURGED, EXPIRED, DEAD_LETTERED, CONSUMED, ENDED_BY_GO)
+FINAL_STATES = (ACKED, PURGED, EXPIRED, DEDUPLICATED, DEAD_LETTERED, CONSUMED, ENDED_BY_GO)
 #: The audit's verdict: ``lost`` = overdue + vanished messages. Nothing else is ever lost.
 LOST = "lost"
 LOST_STATES = (OVERDUE, VANISHED)
@@ -76,6 +87,7 @@ FACTS = {
     "purge_ends": "PURGE and TRACKER_PURGE markers of its deliveries (†)",
     "expire_ends": "EXPIRE markers of its deliveries (†)",
     "expired_letters": "its dead letters with reason `expired` (†)",
+    "dedup_ends": "DEDUPLICATE markers of its records (a duplicate send's End, written instead of a Start)",
     "dead_ends": "REJECT and DEAD_LETTER markers of its deliveries (†)",
     "dead_letters": "its other dead letters (†)",
     "consumed_records": "records of it that no consumer Started, before an at-most-once queue's committed offset",
@@ -96,6 +108,7 @@ STATE_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (WAITING, ("waiting_records",)),
     (PURGED, ("purged_records", "purge_ends")),
     (EXPIRED, ("expire_ends", "expired_letters")),
+    (DEDUPLICATED, ("dedup_ends",)),
     (DEAD_LETTERED, ("dead_ends", "dead_letters")),
     (CONSUMED, ("consumed_records",)),
     (ENDED_BY_GO, ("go_ends",)),
@@ -128,7 +141,8 @@ REDELIVERED = "redelivered"
 RECOVERED = "recovered"
 #: Of ``redelivered``: copies a kafka-mq-go tracker made (linked to their original by queue and payload).
 GO_REDELIVERED = "go_redelivered"
-#: Of the ``dead_lettered``: messages a handler refused (the others hit ``max_deliveries``).
+#: Refusals by a handler (``reject``, ``kmq.Reject``): an event each, also when a redrive has since brought the
+#: message back (``dead_lettered`` is the state now: a redriven message is no longer in it).
 REJECTED = "rejected"
 
 COUNTERS = (PRODUCED, DELIVERED, RELEASED, RETURNED, REDELIVERED, RECOVERED, GO_REDELIVERED, REJECTED)
@@ -176,16 +190,20 @@ class MarkerEvent(IntEnum):
     TRACKER_PURGE = 11
     #: End REDELIVERED: a tracker copied it to the messages topic.
     REDELIVER = 12
+    #: End REJECTED with reason ``deduplicated…``: a duplicate send, Ended instead of Started.
+    DEDUPLICATE = 13
 
 
 #: Markers that end a delivery.
 END_EVENTS = frozenset({MarkerEvent.ACK, MarkerEvent.GO_END, MarkerEvent.REJECT, MarkerEvent.DEAD_LETTER,
-                        MarkerEvent.EXPIRE, MarkerEvent.PURGE, MarkerEvent.TRACKER_PURGE, MarkerEvent.REDELIVER})
+                        MarkerEvent.EXPIRE, MarkerEvent.PURGE, MarkerEvent.TRACKER_PURGE, MarkerEvent.REDELIVER,
+                        MarkerEvent.DEDUPLICATE})
 #: Ends that settle a message for good, unless a redrive puts it back (the facts marked † above).
 FINAL_END_EVENTS = frozenset({MarkerEvent.REJECT, MarkerEvent.DEAD_LETTER, MarkerEvent.EXPIRE, MarkerEvent.PURGE,
                               MarkerEvent.TRACKER_PURGE})
 #: A delivery with one of these reached no handler: it is not counted as delivered.
-UNHANDLED_EVENTS = frozenset({MarkerEvent.RETURN, MarkerEvent.DELAY, MarkerEvent.EXPIRE, MarkerEvent.PURGE})
+UNHANDLED_EVENTS = frozenset({MarkerEvent.RETURN, MarkerEvent.DELAY, MarkerEvent.EXPIRE, MarkerEvent.PURGE,
+                              MarkerEvent.DEDUPLICATE})
 #: A delivery with one of these was no hand-out to retry, so its copy is not a redelivery.
 UNCOUNTED_COPY_EVENTS = frozenset({MarkerEvent.RETURN, MarkerEvent.DELAY})
 
@@ -204,9 +222,12 @@ def written_by_tracker(client_id: str, instance_id: str) -> bool:
 
 
 def dead_letter_event(reason: str) -> MarkerEvent:
-    """What a dead-letter (or REJECTED End) reason says: expired, purged, after max deliveries, or refused."""
+    """What a dead-letter (or REJECTED End) reason says: expired, purged, deduplicated, after max deliveries, or
+    refused."""
     if reason == EXPIRED_REASON:
         return MarkerEvent.EXPIRE
+    if is_deduplicated(reason):
+        return MarkerEvent.DEDUPLICATE
     if reason == PURGED_REASON:
         return MarkerEvent.PURGE
     if _MAX_DELIVERIES.match(reason):

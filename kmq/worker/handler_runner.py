@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import os
 import pickle
 import signal
 import threading
@@ -18,18 +19,31 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import structlog
 
 from kmq.client.message import Message
 from kmq.errors import KmqError, Reject, TimeLimitExceeded
 from kmq.wire import MessageId
 from kmq.worker.time_limit import TimeLimits
 
+log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
+
 #: A handler: called with each Message; what it returns is ignored (returning acks the message).
 Handler = Callable[[Message], object]
 OutcomeKind = Literal["returned", "rejected", "failed", "timed_out"]
 #: A settle a handler asked for in a child process: ("ack" | "release" | "reject" | "give_back", its argument).
 RequestedSettle = tuple[str, Any]
+
+
+@runtime_checkable
+class WrapsHandler(Protocol):
+    """What stands for a handler under its name (``@queue.worker`` makes a Worker of the function): ``load_handler``
+    returns the handler itself."""
+
+    @property
+    def wrapped_handler(self) -> Handler: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +67,36 @@ def load_handler(spec: str) -> Handler:
     try:
         module = importlib.import_module(module_name)
     except Exception as err:
-        raise KmqError(f"cannot import handler module {module_name!r}: {type(err).__name__}: {err}") from err
+        log.debug("handler_import_failed", module=module_name, exc_info=True)
+        raise KmqError(f"cannot import handler module {module_name!r}: {type(err).__name__}: {err}"
+                       f"{_where(err)}") from err
     handler = getattr(module, attr, None)
-    from kmq.worker.worker import Worker  # here: worker.py imports this module
-
-    if isinstance(handler, Worker):  # a function decorated with @queue.worker: its handler
-        return handler.handler
+    if isinstance(handler, WrapsHandler):  # a function decorated with @queue.worker: its handler
+        return handler.wrapped_handler
     if not callable(handler):
         raise KmqError(f"{module_name!r} has no callable {attr!r}")
     return handler  # type: ignore[no-any-return]
+
+
+def _where(err: BaseException) -> str:
+    """`` (at FILE, line N)``: where the import failed in the user's code (the last frame outside the import
+    machinery); "" for a syntax error (its message names the place) or a failure in the machinery (no such
+    module)."""
+    if isinstance(err, SyntaxError):
+        return ""  # its message says where: "invalid syntax (app.py, line 3)"
+    machinery = os.path.dirname(importlib.__file__)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith("<frozen ")
+              and f.filename != __file__ and os.path.dirname(f.filename) != machinery]
+    if not frames:
+        return ""
+    return f" (at {_relative(frames[-1].filename)}, line {frames[-1].lineno})"
+
+
+def _relative(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
 
 
 def _call(handler: Handler, message: Message) -> Outcome:
@@ -145,7 +180,7 @@ class ProcessRunner:
         conn = self._conn
         assert conn is not None
         try:
-            _send(conn, (message.payload, message.headers, message.queue, tuple(message.message_id),
+            _send(conn, (message.payload, message.record_headers, message.queue, tuple(message.message_id),
                          message.delivery_count, tuple(message.first_message_id), message.enqueued_at_ms))
             if limit_s is not None and not conn.poll(limit_s):
                 self._replace()

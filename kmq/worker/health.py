@@ -15,6 +15,7 @@ from typing import Protocol
 from kmq._kafka.group_view import GroupAdmin
 from kmq.config import Config
 from kmq.metrics_http import GROUP_CHECK_S, PROBE_TIMEOUT_S, Cached, Unassigned, first_problem
+from kmq.topic_sets import TopicSet
 
 
 class QueueMember(Protocol):
@@ -22,6 +23,8 @@ class QueueMember(Protocol):
 
     @property
     def queue(self) -> str: ...
+    @property
+    def topics(self) -> TopicSet: ...
     def held_nothing_for_s(self) -> float: ...
 
 
@@ -39,17 +42,17 @@ class WorkerHealth:
     def _build(self) -> list[tuple[Unassigned, Unassigned]]:
         if not self._checks:
             for consumer in self._consumers():
-                needed = Cached(self._waiting(consumer.queue), GROUP_CHECK_S, self._monotonic)
+                needed = Cached(self._waiting(consumer.queue, consumer.topics), GROUP_CHECK_S, self._monotonic)
                 self._checks.append((
                     Unassigned(consumer.held_nothing_for_s, needed, self._config.unassigned_unhealthy_ms / 1000),
                     Unassigned(consumer.held_nothing_for_s, needed, self._config.unassigned_exit_ms / 1000)))
         return self._checks
 
-    def _waiting(self, queue: str) -> Callable[[], str | None]:
-        group = self._config.consumer_group(queue)
+    def _waiting(self, queue: str, topics: TopicSet) -> Callable[[], str | None]:
+        group = topics.consumer_group(queue)
 
         def needed() -> str | None:
-            waiting = self._admin.waiting(group, self._config.message_topic, PROBE_TIMEOUT_S)
+            waiting = self._admin.waiting(group, topics.messages, PROBE_TIMEOUT_S)
             if not waiting:
                 return None
             return f"holds no partition of queue {queue!r} while {waiting} records wait for its group {group!r}"

@@ -1,11 +1,11 @@
 """Worker: runs a handler over one or more queues with ``concurrency`` threads (or child processes).
 
-The run loop: one consumer per queue fills its ready buffer ahead; the Dispatcher gives each thread one message
-when it is free (``dispatch``); the thread runs the handler (``handler_runner``, under ``time_limit``) and settles
-the message (``settle``); each queue's PrefetchWindow (``prefetch``) bounds what its consumer holds, from how long
-the handlers take. SIGTERM/SIGINT drain: no new messages, running handlers finish (up to ``drain_timeout_s``),
-buffered messages no handler saw are given back (their delivery count unchanged); then each consumer closes within
-``close_timeout_s``.
+The run loop: one consumer per queue fills its ready buffer ahead (``queue_consumers``, each with the PrefetchWindow
+that bounds what it holds from how long the handlers take); the Dispatcher gives each thread one message when it is
+free (``dispatch``); the thread runs the handler and settles the message (``handler_runs``). The metrics endpoint
+(``metrics_endpoint``) is bound before anything talks to the broker. SIGTERM/SIGINT drain: no new messages, running
+handlers finish (up to ``drain_timeout_s``), buffered messages no handler saw are given back (their delivery count
+unchanged); then each consumer closes within ``close_timeout_s``.
 """
 
 from __future__ import annotations
@@ -14,32 +14,25 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from types import FrameType
-from typing import Any
 
 import structlog
 
-from kmq import otel
-from kmq._kafka.group_view import KafkaGroupAdmin
-from kmq._kafka.offsets import group_members
 from kmq._kafka.topics import check_topics
-from kmq.client.consumer import Consumer
 from kmq.client.message import Message
 from kmq.config import Config
-from kmq.errors import ConfigError, KmqError, UndeliveredMarkersError
-from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, TrackerPresence, first_problem, serve
-from kmq.wire import HEADER_DELIVER_AT, now_ms, validate_queue_name
-from kmq.worker.async_runner import AsyncServe, call_async, is_coroutine_handler
+from kmq.errors import ConfigError, UndeliveredMarkersError
+from kmq.worker.async_runner import AsyncServe, is_coroutine_handler
 from kmq.worker.dispatch import Dispatcher
-from kmq.worker.handler_runner import Handler, Outcome, ProcessRunner, ThreadRunner, load_handler
-from kmq.worker.health import WorkerHealth
+from kmq.worker.handler_runner import Handler, ProcessRunner, ThreadRunner, load_handler
+from kmq.worker.handler_runs import HandlerRuns
 from kmq.worker.metrics import ThreadSlot, WorkerMetrics
-from kmq.worker.prefetch import PrefetchWindow
+from kmq.worker.metrics_endpoint import MetricsEndpoint
+from kmq.worker.queue_consumers import QueueConsumers
 from kmq.worker.settle import Backoff, SettlePolicy
-from kmq.worker.time_limit import TimeLimits, Watch
+from kmq.worker.time_limit import TimeLimits
 
 __all__ = ["Backoff", "Handler", "Worker", "load_handler"]
 
@@ -62,7 +55,7 @@ class Worker:
     """
 
     config: Config
-    #: The queues to serve, one consumer each.
+    #: The queues to serve, one consumer each (one in each set a queue moving between topic sets is read in).
     queues: Sequence[str]
     #: Called with each Message: return → ack, ``Reject`` → dead letter, an exception → retry with backoff.
     handler: Handler
@@ -92,20 +85,24 @@ class Worker:
             raise ConfigError("time_limit_s", f"must be a positive number of seconds, got {self.time_limit_s}")
         if self.processes and not self.handler_spec:
             raise ConfigError("handler_spec", "processes=True needs MODULE:FUNCTION to import in the children")
-        #: The handler is a coroutine function: its runs share one event loop.
-        self.coroutines = is_coroutine_handler(self.handler)
         if self.coroutines and self.processes:
             raise ConfigError("processes", "an async def handler runs on the worker's event loop; child processes "
                                            "are for sync (CPU-bound) handlers")
         self.metrics = WorkerMetrics(self.queues)
-        self._settle = SettlePolicy(self.config, self.backoff, self.metrics, self.counts, self.processes,
-                                    coroutines=self.coroutines)
         self._stop = threading.Event()
-        self._dispatcher: Dispatcher | None = None
-        self._windows: dict[str, PrefetchWindow] = {}
-        #: The first consumer failure (a fatal Kafka error: a fenced client_id): ``run()`` raises it at the end.
-        self._failure: KmqError | None = None
-        self._consumers: list[Consumer] = []
+        self._consumers = QueueConsumers(self.config, self.queues, self.concurrency, self.metrics)
+        self._endpoint = MetricsEndpoint(self.config, self.queues, self.metrics, self._consumers, self._stop)
+        self._runs: HandlerRuns | None = None
+
+    @property
+    def coroutines(self) -> bool:
+        """The handler is a coroutine function: its runs share one event loop."""
+        return is_coroutine_handler(self.handler)
+
+    @property
+    def wrapped_handler(self) -> Handler:
+        """The handler (``load_handler`` of a function decorated with ``@queue.worker`` returns it)."""
+        return self.handler
 
     def __call__(self, message: Message) -> object:
         """Runs the handler on ``message`` (a decorated function stays callable, e.g. in a unit test)."""
@@ -114,10 +111,14 @@ class Worker:
     def stop(self) -> None:
         """Starts the drain, as SIGTERM does; ``run()`` returns once it is done. Safe from any thread."""
         self._stop.set()
-        for consumer in self._consumers:
-            consumer.stop_taking()
-        if self._dispatcher is not None:
-            self._dispatcher.stop()
+        self._consumers.stop_taking()
+        if self._runs is not None:
+            self._runs.stop_dispatch()
+
+    def bind_metrics(self) -> None:
+        """Serves /metrics and /healthz on ``config.metrics_port`` (if set) now, before anything talks to the
+        broker: a port in use raises KmqError. ``run()`` does it first if it was not done."""
+        self._endpoint.bind()
 
     def run(self, install_signals: bool = True) -> Counter[str]:
         """Processes messages until ``stop()`` (or SIGTERM/SIGINT); returns counts of acked, released, …"""
@@ -129,32 +130,34 @@ class Worker:
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
         # Bound first: a port in use fails in one line before this worker joins any group.
-        server = self._serve_metrics() if self.config.metrics_port else None
+        self.bind_metrics()
         try:
             # Here, not in each consumer: a markers topic on CreateTime would let one skewed clock fire
             # redeliveries.
-            check_topics(self.config, timeout_s=self.config.connect_timeout_ms / 1000)
-            self._consumers = consumers = self._open_consumers()
+            for topics in dict.fromkeys(t for q in self.queues for t in self.config.reading_sets(q)):
+                check_topics(self.config, topics, timeout_s=self.config.connect_timeout_ms / 1000)
+            consumers = self._consumers.open(self.close_timeout_s)
         except BaseException:
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+            self._endpoint.close()
             raise
-        time_limits = None if self.coroutines else TimeLimits(self._time_limit_expired)
+        settle = SettlePolicy(self.config, self.backoff, self.metrics, self.counts, self.processes,
+                              coroutines=self.coroutines)
+        runs = self._runs = HandlerRuns(self.config, self.handler, self.time_limit_s, settle, self._consumers.windows,
+                                        Dispatcher(consumers), self.stop, self._stop.is_set)
+        if self._stop.is_set():
+            runs.stop_dispatch()
+        time_limits = None if self.coroutines else TimeLimits(runs.time_limit_expired)
         runners = [] if time_limits is None else [
             ProcessRunner(self.handler_spec, self._stop) if self.processes else ThreadRunner(self.handler, time_limits)
             for _ in range(self.concurrency)]
         self.metrics.slots = slots = [ThreadSlot(f"kmq-worker-{i}", self.queues) for i in range(self.concurrency)]
-        self._dispatcher = Dispatcher(consumers)
-        if self._stop.is_set():
-            self._dispatcher.stop()
         # Daemon threads: a handler still running after the drain timeout must not keep the process alive.
         if self.coroutines:
-            serve = AsyncServe(self._dispatcher, slots, self._handle_async, self._settle.give_back, self._stop,
-                               self.config.at_most_once_queues, self.drain_timeout_s, self._consumer_failed)
+            serve = AsyncServe(runs.dispatcher, slots, runs.handle_async, settle.give_back, self._stop,
+                               self.config.at_most_once_queues, self.drain_timeout_s, runs.consumer_failed)
             threads = [threading.Thread(target=serve.run, name="kmq-worker-loop", daemon=True)]
         else:
-            threads = [threading.Thread(target=self._serve, args=(slots[i], runners[i]), name=slots[i].name,
+            threads = [threading.Thread(target=runs.serve, args=(slots[i], runners[i]), name=slots[i].name,
                                         daemon=True) for i in range(self.concurrency)]
         for thread in threads:
             thread.start()
@@ -164,7 +167,7 @@ class Worker:
             while not self._stop.wait(TICK_S):
                 if not any(t.is_alive() for t in threads):
                     break
-                self._floor_windows(slots)
+                self._consumers.floor_windows(slots)
             self.stop()
             # The event loop cancels its runs at the drain timeout itself: give it time to do so.
             self._drain(threads, self.drain_timeout_s + (5.0 if self.coroutines else 0.0))
@@ -173,48 +176,17 @@ class Worker:
                 time_limits.close()
             for runner in runners:
                 runner.close()  # kills a child still running past the drain timeout: its message is released
-            undelivered = self._close(consumers)
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+            undelivered = self._consumers.close(self.close_timeout_s, self.counts)
+            self._endpoint.close()
         log.info("worker_stopped", **dict(self.counts))
-        if self._failure is not None:
-            raise self._failure
+        if runs.failure is not None:
+            raise runs.failure
         if undelivered:
             raise UndeliveredMarkersError(
                 f"{undelivered} settle marker record(s) (acks, releases or rejects) were not written to "
-                f"{self.config.marker_topic!r}: those messages will be delivered again", undelivered)
+                f"{', '.join(sorted({repr(c.topics.markers) for c in consumers}))}: those messages will be "
+                "delivered again", undelivered)
         return self.counts
-
-    def _open_consumers(self) -> list[Consumer]:
-        consumers: list[Consumer] = []
-        try:
-            for q in self.queues:
-                # From its first Start: hold no more than the threads run until the handlers' run time is known.
-                consumer = Consumer(self.config, validate_queue_name(q), max_in_flight=self.concurrency)
-                self._windows[consumer.queue] = PrefetchWindow(self.concurrency, self.config.max_in_flight,
-                                                               _limit_setter(consumer))
-                self.metrics.in_flight.labels(consumer.queue).set_function(_in_flight_of(consumer))
-                self.metrics.late_acks[consumer.queue] = _late_acks_of(consumer)
-                consumers.append(consumer)
-        except BaseException:
-            for consumer in consumers:
-                consumer.close(self.close_timeout_s)
-            raise
-        return consumers
-
-    def _floor_windows(self, slots: list[ThreadSlot]) -> None:
-        """All threads busy: what they have been running for is a floor on each queue's run time, so a switch to
-        slow jobs shrinks the window before the first of them ends."""
-        now = time.perf_counter()
-        running: dict[str, float] = {}
-        for slot in slots:
-            queue, since = slot.queue, slot.since
-            if queue is None:
-                return
-            running[queue] = min(running.get(queue, now - since), now - since)
-        for queue, seconds in running.items():
-            self._windows[queue].at_least(seconds)
 
     def _drain(self, threads: list[threading.Thread], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -224,157 +196,3 @@ class Worker:
         if stuck:
             log.warning("worker_drain_timeout", drain_timeout_s=self.drain_timeout_s, still_running=stuck,
                         note="their messages are released; the threads end with the process")
-
-    def _close(self, consumers: list[Consumer]) -> int:
-        undelivered = 0
-        for consumer in consumers:
-            try:
-                consumer.close(self.close_timeout_s)  # gives back or releases whatever a handler still holds
-            except UndeliveredMarkersError as err:
-                undelivered += err.undelivered
-            except KmqError as err:
-                log.error("consumer_close_failed", queue=consumer.queue, error=str(err))
-            # The summary tells what the close settled too (what threads held past the drain, what was buffered).
-            self.counts.update({k: v for k, v in consumer.settled_at_close.items() if v})
-        return undelivered
-
-    def _serve_metrics(self) -> ThreadingHTTPServer:
-        probes: list[BrokerProbe] = []
-        config = self.config
-        tracker = TrackerPresence(lambda: group_members(config, config.tracker_group, PROBE_TIMEOUT_S),
-                                  config.tracker_group)
-        unassigned = WorkerHealth(config, lambda: self._consumers, KafkaGroupAdmin(config), time.monotonic)
-
-        def health() -> str | None:
-            if self._stop.is_set():
-                return "stopping"
-            if not self._consumers:
-                return "starting"
-            if not probes:
-                consumers = list(self._consumers)
-                probes.append(BrokerProbe(consumers[0].metadata_client, self.config.marker_topic,
-                                          stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
-            failed = next((c.failure for c in self._consumers if c.failure), None)
-            # At-most-once queues need no tracker (nothing of theirs is ever redelivered).
-            needs_tracker = any(q not in config.at_most_once_queues for q in self.queues)
-            return failed or first_problem(probes[0], unassigned.ready,
-                                           tracker if needs_tracker else lambda: None)
-
-        return serve(self.metrics.registry, self.config.metrics_host, self.config.metrics_port, health,
-                     live=lambda: unassigned.live() if self._consumers else None)
-
-    # --- a worker thread --------------------------------------------------------------------------------------
-
-    def _serve(self, slot: ThreadSlot, runner: ThreadRunner | ProcessRunner) -> None:
-        assert self._dispatcher is not None
-        next_message = self._dispatcher.next
-        runner.wait_ready()
-        while True:
-            try:
-                msg = next_message()
-            except KmqError as err:
-                self._consumer_failed(err)
-                return
-            if msg is None:
-                return
-            # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
-            if self._stop.is_set() and msg.queue not in self.config.at_most_once_queues:
-                self._settle.give_back(msg)
-                continue
-            self._handle(msg, runner, slot)
-
-    def _consumer_failed(self, err: KmqError) -> None:
-        log.error("worker_consumer_failed", error=str(err))
-        if self._failure is None:
-            self._failure = err
-        self.stop()
-
-    def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
-        limit = self._start_run(msg, slot)
-        tracing = otel.tracer()
-        if tracing is not None:
-            with otel.processing(tracing, msg, self.config.message_topic) as span:  # the handler's spans nest in it
-                self._run(msg, runner, slot, limit, span)
-            return
-        started = slot.since  # _run's body, inline: this is the path of every job
-        try:
-            outcome = runner.run(msg, limit)
-        finally:
-            ran = _end_run(slot, started, msg.queue)
-        self._windows[msg.queue].observe(ran)
-        self._settle.settle(msg, outcome, limit)
-
-    def _run(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot, limit: float | None,
-             span: Any) -> None:
-        started = slot.since
-        try:
-            outcome = runner.run(msg, limit)
-        finally:
-            ran = _end_run(slot, started, msg.queue)
-        self._settle_run(msg, outcome, limit, ran, span)
-
-    async def _handle_async(self, msg: Message, slot: ThreadSlot) -> None:
-        """``_handle`` for a coroutine handler, as a task on the worker's event loop."""
-        limit = self._start_run(msg, slot)
-        tracing = otel.tracer()
-        if tracing is None:
-            await self._run_async(msg, slot, limit, None)
-            return
-        with otel.processing(tracing, msg, self.config.message_topic) as span:
-            await self._run_async(msg, slot, limit, span)
-
-    async def _run_async(self, msg: Message, slot: ThreadSlot, limit: float | None, span: Any) -> None:
-        started = slot.since
-        try:
-            outcome = await call_async(self.handler, msg, limit)  # type: ignore[arg-type]
-        finally:  # also when the drain cancels it: the consumer's close releases its message
-            ran = _end_run(slot, started, msg.queue)
-        self._settle_run(msg, outcome, limit, ran, span)
-
-    def _start_run(self, msg: Message, slot: ThreadSlot) -> float | None:
-        """Before a handler run: its time limit; the wait metric and the slot's state are set."""
-        queue = msg.queue
-        limit = self.time_limit_s
-        due_ms = msg.enqueued_at_ms
-        if msg.headers:  # most messages have none: skip the look-ups
-            limit = msg.time_limit or limit
-            deliver_at = msg.headers.get(HEADER_DELIVER_AT)
-            if deliver_at:
-                due_ms = max(due_ms, int(deliver_at))
-        slot.tallies[queue].waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
-        slot.since = time.perf_counter()
-        slot.queue = queue
-        return limit
-
-    def _settle_run(self, msg: Message, outcome: Outcome, limit: float | None, ran: float, span: Any) -> None:
-        self._windows[msg.queue].observe(ran)
-        if span is not None and outcome.kind in ("failed", "timed_out"):
-            otel.failed(span, outcome.detail or "TimeLimitExceeded: the handler ran past its time limit")
-        self._settle.settle(msg, outcome, limit)
-
-    def _time_limit_expired(self, watch: Watch) -> None:
-        """On the watchdog thread: the handler's thread is interrupted right after this."""
-        self._settle.timed_out(watch.message, watch.limit_s)
-
-
-def _end_run(slot: ThreadSlot, started: float, queue: str) -> float:
-    """After a handler run: how long it took (tallied); the slot is free again."""
-    slot.queue = None
-    ran = time.perf_counter() - started
-    slot.tallies[queue].durations.observe(ran)
-    return ran
-
-
-def _in_flight_of(consumer: Consumer) -> Callable[[], float]:
-    return lambda: consumer.in_flight
-
-
-def _late_acks_of(consumer: Consumer) -> Callable[[], int]:
-    return lambda: consumer.late_acks
-
-
-def _limit_setter(consumer: Consumer) -> Callable[[int], None]:
-    def set_limit(size: int) -> None:
-        consumer.max_in_flight = size
-
-    return set_limit

@@ -50,7 +50,8 @@ def fresh(bootstrap: str, name: str, **fields: object) -> Config:
     base = w.group(name)
     config = Config(bootstrap_servers=bootstrap, message_topic=f"{base}.m", marker_topic=f"{base}.mk",
                     **fields)  # type: ignore[arg-type]
-    create_topics(config, partitions=PARTITIONS, marker_partitions=3, replication_factor=REPLICAS)
+    create_topics(config, config.default_topics, partitions=PARTITIONS, marker_partitions=3,
+                  replication_factor=REPLICAS)
     return config
 
 

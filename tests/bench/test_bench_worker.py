@@ -41,7 +41,7 @@ def fresh(bootstrap: str, marker_format: str) -> tuple[Config, str]:
     base = w.group("worker")
     config = Config(bootstrap_servers=bootstrap, message_topic=f"{base}.m", marker_topic=f"{base}.mk",
                     marker_format=marker_format)
-    create_topics(config, partitions=PARTITIONS, marker_partitions=3)
+    create_topics(config, config.default_topics, partitions=PARTITIONS, marker_partitions=3)
     return config, w.group("wq")
 
 

@@ -59,7 +59,8 @@ def cluster_config(whole_cluster: LocalCluster, request: pytest.FixtureRequest) 
         base = f"{request.node.name[:24].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
         config = Config(bootstrap_servers=whole_cluster.bootstrap_servers, message_topic=f"{base}.messages",
                         marker_topic=f"{base}.markers", **fields)  # type: ignore[arg-type]
-        create_topics(config, partitions=partitions, marker_partitions=marker_partitions)  # RF 3: the default
+        # RF 3: the default
+        create_topics(config, config.default_topics, partitions=partitions, marker_partitions=marker_partitions)
         made.append(config)
         return config
 

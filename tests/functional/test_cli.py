@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kmq import Config
-from tests.helpers import ROOT, ConfigFactory, env_for, run_kmq, tracker_thread
+from kmq import Config, Service
+from kmq.config import DEFAULT_MAX_DELIVERIES
+from tests.helpers import ROOT, ConfigFactory, env_for, receive_n, run_kmq, tracker_thread
 from tests.markers_io import wait_for
 
 pytestmark = pytest.mark.timeout(150)
@@ -107,6 +108,25 @@ def test_a_handler_that_always_fails_ends_on_the_dead_letter_topic_and_redrive_b
         assert stop(worker) == {"acked": 1}
 
 
+def test_a_poison_message_stops_at_the_default_max_deliveries_and_waits_on_the_dead_letter_topic_with_the_reason(
+        kmq_config: ConfigFactory) -> None:
+    # Given a worker whose handler always raises on one payload, and no max_deliveries set anywhere
+    config = kmq_config(redelivery_timeout_ms=10_000)
+    assert config.max_deliveries == DEFAULT_MAX_DELIVERIES == 10
+    with tracker_thread(config):
+        assert kmq(config, "send", "poisoned", "poison").returncode == 0
+        worker = start_worker(config, "tests.handlers:always_fail", "poisoned")
+        # Then it is dead-lettered at its 10th delivery, not retried for ever
+        assert wait_for(lambda: stats(config, "poisoned")["dead_lettered"] == 1, timeout_s=90)
+        time.sleep(1)  # a delivery past the limit would show in the counts
+        assert stop(worker) == {"released": 9, "dead_lettered": 1}
+    row = stats(config, "poisoned")
+    assert (row["delivered"], row["released"], row["dead_lettered"]) == (10, 9, 1)
+    [letter] = json.loads(kmq(config, "dlq", "list", "poisoned", "--json").stdout)
+    assert letter["delivery_count"] == 10
+    assert letter["reason"] == "failed 10 time(s), last: ValueError: this job can never succeed"
+
+
 def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_config: ConfigFactory) -> None:
     config = kmq_config(redelivery_timeout_ms=30_000)
     assert kmq(config, "send", "slow", "s-{i}", "--count", "3").returncode == 0
@@ -120,6 +140,45 @@ def test_stats_shows_in_flight_messages_while_a_slow_worker_holds_them(kmq_confi
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.communicate(timeout=60)
+
+
+def test_stats_counts_each_rejection_as_an_event_after_a_redrive_and_dead_lettered_as_the_state_now(
+        kmq_config: ConfigFactory) -> None:
+    # Given 6 messages a handler refused, 2 of them redriven and acked since
+    config = kmq_config(redelivery_timeout_ms=10_000)
+    assert kmq(config, "send", "picky", "job-{i}", "--count", "6").returncode == 0
+    with Service(config).queue("picky").consumer() as consumer:
+        for message in receive_n(consumer, 6):
+            message.reject("not today")
+        assert consumer.flush(30) == 0
+    assert kmq(config, "dlq", "redrive", "picky", "--limit", "2").returncode == 0
+    with tracker_thread(config), Service(config).queue("picky").consumer() as consumer:
+        for message in receive_n(consumer, 2):
+            message.ack()
+        assert consumer.flush(30) == 0
+
+    # When kmq stats reads the topics, then the 6 refusals are events and the 4 letters still waiting the state
+    row = stats(config, "picky")
+    assert (row["rejected"], row["dead_lettered"], row["acked"]) == (6, 4, 2), row
+    table = kmq(config, "stats", "--queue", "picky").stdout.splitlines()
+    header, values = table[0].split(), table[2].split()
+    assert (values[header.index("rejected")], values[header.index("dead_lettered")]) == ("6", "4")
+
+
+def test_a_worker_whose_metrics_port_is_taken_prints_that_one_line_and_nothing_else(
+        kmq_config: ConfigFactory) -> None:
+    import socket
+
+    config = kmq_config()  # no tracker runs: a look at its group first would warn about it
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = kmq(config, "worker", "tests.handlers:record", "--queue", "q", "--metrics-port", str(port))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"kmq worker: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"]
+    assert result.stdout == ""
 
 
 def stats(config: Config, queue: str) -> dict[str, int]:

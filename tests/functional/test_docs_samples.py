@@ -197,6 +197,32 @@ def test_queue_operations_from_the_command_line(kmq_config: ConfigFactory, workd
     assert rows[0]["queue"] == "emails"
 
 
+def test_deduplicated_sends(kmq_config: ConfigFactory, workdir: Path) -> None:
+    out = run_sample(kmq_config(), workdir, "dedup_send.py")
+    assert "handling b'{\"order\": 991, \"charge\": 42.0}' id order-991" in out
+    assert "another one? None" in out
+
+
+def test_schedules_from_python(kmq_config: ConfigFactory, workdir: Path) -> None:
+    config = kmq_config()
+    out = run_sample(config, workdir, "schedules.py")
+    assert "heartbeat * * * * * */10 UTC paused None" in out and "nightly-report 0 3 * * * Europe/Berlin next" in out
+    assert "ran now: " in out
+    assert [i.schedule.name for i in Service(config).schedules.list()] == ["nightly-report"]
+
+
+def test_dedup_and_schedules_from_the_command_line(kmq_config: ConfigFactory, workdir: Path) -> None:
+    config = kmq_config()
+    out = run_sample(config, workdir, "sh/dedup-schedules.sh")
+    assert "added schedule 'nightly-report'" in out and "heartbeat" in out
+    assert "removed schedule 'heartbeat'" in out
+    with Service(config).queue("orders").consumer() as consumer:
+        got = receive_expecting(consumer, 4, timeout_s=60)
+        for message in got:
+            message.ack()
+    assert sorted(m.payload for m in got) == [b"order 0", b"order 1", b"order 2", b'{"order": 991}']
+
+
 def test_at_most_once(kmq_config: ConfigFactory, workdir: Path) -> None:
     out = run_sample(kmq_config(), workdir, "at_most_once.py")
     assert "refused: queue 'metrics' is at-most-once" in out

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kmq import KmqError, Service, wire
-from kmq.ops.dlq import list_dead_letters
+from kmq.ops.dlq import list_dead_letters, redrive
 from kmq.ops.stats import collect
 from tests.helpers import ConfigFactory, receive_expecting, receive_n, tracker_thread, write_transaction
 from tests.markers_io import read_markers, wait_for
@@ -113,6 +114,39 @@ def test_expired_messages_reach_no_handler_and_are_dead_lettered_or_dropped_and_
     assert (row.expired, row.acked, row.delivered, row.dead_lettered, row.in_flight) == (1, 1, 1, 0, 0)
     letters = list_dead_letters(config, "short")
     assert [(d.payload, d.reason) for d in letters] == ([(b"stale", "expired")] if action == "dead-letter" else [])
+
+
+def test_a_redriven_expired_dead_letter_is_delivered_instead_of_expiring_again(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    queue = Service(config).queue("brief")
+    with queue.producer() as producer:
+        producer.send(b"late", {"trace": "t1"}, ttl=0.001, time_limit=30)
+    with queue.consumer() as consumer:
+        assert receive_expecting(consumer, 0, linger_s=1) == []  # expired at read: dead-lettered
+        assert consumer.flush(10) == 0
+    assert [d.reason for d in list_dead_letters(config, "brief")] == ["expired"]
+    assert redrive(config, "brief") == 1
+    with queue.consumer() as consumer:
+        [again] = receive_n(consumer, 1)
+        assert (again.payload, again.headers, again.expires_at, again.time_limit) == (b"late", {"trace": b"t1"},
+                                                                                       None, 30.0)
+        again.ack()
+        assert consumer.flush(10) == 0
+
+
+def test_the_send_options_are_message_attributes_and_not_among_its_headers(kmq_config: ConfigFactory) -> None:
+    config = kmq_config()
+    queue = Service(config).queue("options")
+    before = datetime.now(UTC)
+    with queue.producer() as producer:
+        producer.send(b"job", {"tenant": "t1"}, time_limit=12.5, delay=0.2, ttl=600)
+    with queue.consumer() as consumer:
+        [message] = receive_n(consumer, 1)
+        assert message.headers == {"tenant": b"t1"}
+        assert message.time_limit == 12.5
+        assert message.deliver_at is not None and before < message.deliver_at <= datetime.now(UTC)
+        assert message.expires_at is not None and message.expires_at > before + timedelta(seconds=590)
+        message.ack()
 
 
 def test_inspect_tells_a_messages_life_across_copies_and_who_holds_it(kmq_config: ConfigFactory) -> None:
@@ -280,7 +314,7 @@ def test_a_control_topic_whose_last_offset_holds_no_record_is_read_to_its_end(km
     config = kmq_config()
     write_transaction(config.bootstrap_servers, control_topic(config.message_topic),
                       [((PAUSE + "q").encode(), json.dumps({"until_ms": None}).encode())])
-    follower = ControlFollower(config).start()
+    follower = ControlFollower(config, config.default_topics).start()
     try:
         assert follower.state.paused("q", int(time.time() * 1000))
     finally:

@@ -169,7 +169,7 @@ def test_on_a_broker_with_kafkas_default_group_join_delay_dead_letters_are_liste
         assert redrive(config, "rej") == 0
         # A queue with no dead letters reads the topic once: its next redrive starts at the end.
         assert redrive(config, "other") == 0
-        with TopicReplay(config, config.dlq_topic, group=wire.redrive_group("other")) as replay:
+        with TopicReplay(config, config.default_topics, config.dlq_topic, group=wire.redrive_group("other")) as replay:
             assert list(replay.records()) == []
 
 

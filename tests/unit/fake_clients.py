@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmq.config import Config
 from kmq.delivery import Delivery
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId, now_ms
 from kmq.wire.control import ControlState
 from tests.unit.fakes import FakeRecord
@@ -338,10 +339,11 @@ class FakeClients:
         if record.topic_ == self.group.topic:
             self.group.feed([replace(record, offset_=record.offset_ + LOOPBACK_OFFSET)])
 
-    def control(self, config: Config, on_change: Callable[[ControlState], None] | None) -> FakeControl:
+    def control(self, config: Config, topics: TopicSet,
+                on_change: Callable[[ControlState], None] | None) -> FakeControl:
         return FakeControl(self.control_state)
 
-    def retention(self, config: Config) -> Any:
+    def retention(self, config: Config, topics: TopicSet) -> Any:
         return self.retention_answer
 
     def reader(self, settings: dict[str, Any]) -> FakeReaderClient:

@@ -56,7 +56,7 @@ class FakeStart:
 
     message_id: MessageId
     payload: bytes
-    headers: dict[str, bytes] = field(default_factory=dict)
+    record_headers: dict[str, bytes] = field(default_factory=dict)
     delivery_count: int = 1
     first: MessageId | None = None
     enqueued_at_ms: int = 0

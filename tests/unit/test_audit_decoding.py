@@ -16,7 +16,7 @@ from kmq.wire.vocabulary import marker_event
 
 ids = st.builds(MessageId, st.integers(0, 2**20), st.integers(0, 2**40 - 1))
 text = st.sampled_from(["", "released", "returned", "delayed", "expired", "purged", "bad", "failed 2 time(s), x",
-                        "max deliveries (3) reached"])
+                        "max deliveries (3) reached", "deduplicated: duplicate of 2:17"])
 markers = st.builds(
     Marker, type=st.sampled_from(MarkerType), message_id=ids, redeliver_after_ms=st.integers(0, 2**40),
     key=st.binary(max_size=8), value=st.binary(max_size=8), delivery_count=st.integers(0, 9),
@@ -73,7 +73,7 @@ def test_exactly_the_records_the_codec_rejects_are_malformed(value: bytes) -> No
 
 class _Start:
     def __init__(self, mid: MessageId, first: MessageId, count: int) -> None:
-        self.message_id, self.payload, self.headers = mid, b"p", {}
+        self.message_id, self.payload, self.record_headers = mid, b"p", {}
         self.delivery_count, self.first_message_id, self.enqueued_at_ms = count, first, 5
 
 

@@ -22,8 +22,11 @@ NO_BROKER = {"KMQ_BOOTSTRAP_SERVERS": "127.0.0.1:1", "KMQ_CONNECT_TIMEOUT_MS": "
     (["worker", "--queue", "q"], 2, "required: MODULE:FUNCTION"),
     (["worker", "nocolon", "--queue", "q"], 1, "handler must be MODULE:FUNCTION"),
     (["worker", "tests.handlers_broken:handle", "--queue", "q"], 1,
-     "cannot import handler module 'tests.handlers_broken': ZeroDivisionError"),
+     "cannot import handler module 'tests.handlers_broken': ZeroDivisionError: division by zero "
+     "(at tests/handlers_broken.py, line 3)"),
     (["send", "q", "x"], 1, "cannot reach Kafka at 127.0.0.1:1"),
+    (["audit"], 1, "kmq audit: error: cannot reach Kafka at 127.0.0.1:1 within 1s"),  # was a TimeoutError traceback
+    (["stats"], 1, "kmq stats: error: cannot reach Kafka at 127.0.0.1:1"),
     (["worker", "m:f", "--queue", "q", "--concurrency", "0"], 2, "--concurrency: must be >= 1, got 0"),
     (["worker", "m:f", "--queue", "q", "--backoff-base", "-1"], 2, "--backoff-base: must be >= 0, got -1"),
     (["worker", "m:f", "--queue", "q", "--backoff-base", "5", "--backoff-max", "1"], 2,
@@ -92,6 +95,22 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_1_before_anything_else() -> 
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"kmq tracker: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"], result.stderr
+
+
+def test_a_worker_whose_metrics_port_is_in_use_says_only_that_before_asking_the_broker_anything() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # No broker: a look at the tracker group (or any other broker call) before the bind would say so first.
+        result = run_kmq(None, "worker", "tests.handlers:record", "--queue", "q", "--metrics-port", str(port),
+                         env=NO_BROKER, timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"kmq worker: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"], result.stderr
+    assert result.stdout == ""  # no counts of a worker that never ran
 
 
 def test_every_send_option_of_the_library_is_a_kmq_send_option() -> None:

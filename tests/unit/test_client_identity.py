@@ -9,6 +9,7 @@ import time
 import pytest
 
 from kmq.client.consumer.identity import ClientIdentity
+from kmq.config import Config
 from kmq.errors import ClientIdInUseError
 from kmq.wire.control import ALIVE, CLAIM, ControlState, IdentityRecord
 from tests.unit.fake_clients import FakeControl, FakeProducerClient
@@ -69,3 +70,24 @@ def test_without_a_control_topic_the_id_is_not_guarded_and_nothing_is_written() 
     control, producer = FakeControl(available=False), FakeProducerClient()
     _identity("b:2", control, producer).claim()
     assert producer.records == []
+
+
+def test_a_client_id_template_takes_the_lowest_index_no_live_process_holds_and_keeps_it_for_other_queues() -> None:
+    from kmq.client import process_id
+
+    process_id._resolved.clear()
+    held = {"w-0", "w-1"}
+    tried: list[str] = []
+
+    def open_consumer(config: Config) -> str:
+        tried.append(config.client_id)
+        if config.client_id in held:
+            raise ClientIdInUseError(f"{config.client_id} is held")
+        return config.client_id
+
+    config = Config(bootstrap_servers="x:1", client_id="w-{process}")
+    assert process_id.with_process_id(config, open_consumer) == "w-2"
+    assert process_id.with_process_id(config, open_consumer) == "w-2"  # another queue: the same id, one try
+    assert tried == ["w-0", "w-1", "w-2", "w-2"]
+    assert process_id.with_process_id(config.replace(client_id="plain"), open_consumer) == "plain"
+    process_id._resolved.clear()

@@ -32,6 +32,11 @@ BASE = {"bootstrap_servers": "127.0.0.1:9092"}
     ("metrics_port", 70000),
     ("redelivery_timeout_ms", True),
     ("redelivery_timeout_ms", "100"),
+    ("dedup_window_ms", -1),
+    ("dedup_clock_skew_ms", -1),
+    ("content_dedup_queues", [""]),
+    ("schedule_standby_delay_ms", -1),
+    ("schedule_misfire_grace_ms", -1),
 ])
 def test_each_invalid_value_is_a_config_error_naming_its_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field) as caught:
@@ -95,6 +100,36 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert dict(config.consumer_kafka) == {"session.timeout.ms": "6000"}
 
 
+def test_a_whole_librdkafka_mapping_in_one_variable_is_json_and_single_settings_go_on_top(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("bootstrap_servers: a:1\nkafka:\n  client.rack: r1\n")
+    config = Config.from_yaml(path, env={"KMQ_KAFKA": '{"security.protocol": "SSL", "client.rack": "r2"}',
+                                         "KMQ_CONSUMER_KAFKA": '{"session.timeout.ms": 6000}',
+                                         "KMQ_PRODUCER_KAFKA": '{"linger.ms": 20}',
+                                         "KMQ_PRODUCER_KAFKA_LINGER_MS": "0"})
+    assert dict(config.kafka) == {"client.rack": "r2", "security.protocol": "SSL"}
+    assert dict(config.consumer_kafka) == {"session.timeout.ms": "6000"}
+    assert dict(config.producer_kafka) == {"linger.ms": "0"}
+
+
+@pytest.mark.parametrize("value", ["security.protocol=SSL", "[1, 2]", "{bad"])
+def test_a_librdkafka_mapping_variable_that_is_no_json_object_is_an_error_not_ignored(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"KMQ_KAFKA: must be a JSON object of librdkafka settings "
+                                          r"\(KMQ_KAFKA='\{\"security.protocol\": \"SSL\"\}' or "
+                                          r"KMQ_KAFKA_SECURITY_PROTOCOL=SSL\)"):
+        Config.load(env={"KMQ_BOOTSTRAP_SERVERS": "x:1", "KMQ_KAFKA": value})
+
+
+def test_the_messages_producers_take_producer_kafka_and_it_cannot_override_what_kmq_owns() -> None:
+    from kmq._kafka.settings import markers_producer_settings, messages_producer_settings
+
+    config = Config(**BASE, producer_kafka={"linger.ms": 0, "compression.type": "zstd"})
+    assert (messages_producer_settings(config, "p")["linger.ms"], markers_producer_settings(config, "m")["linger.ms"]) \
+        == ("0", 0)
+    with pytest.raises(ConfigError, match=r"producer_kafka\.enable\.idempotence: is set by kmq itself"):
+        Config(**BASE, producer_kafka={"enable.idempotence": False})
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("bootstrap_servers: a:1\nno_such_key: 1\n", "no_such_key: unknown configuration key"),
     ("bootstrap_servers: [a\n", "not valid YAML"),
@@ -141,3 +176,9 @@ def test_librdkafka_passthrough_and_other_kmq_variables_are_not_typos() -> None:
 def test_a_kafka_section_that_is_not_a_mapping_is_a_config_error(value: object) -> None:
     with pytest.raises(ConfigError, match="kafka: must be a mapping of librdkafka settings"):
         Config.from_mapping({"bootstrap_servers": "x:1", "kafka": value})
+
+
+def test_content_dedup_queues_are_a_list_or_names_separated_by_commas() -> None:
+    assert Config(**BASE, content_dedup_queues="hooks, imports").content_dedup_queues == ("hooks", "imports")
+    assert Config.load({**BASE}, env={"KMQ_CONTENT_DEDUP_QUEUES": "hooks"}).content_dedup_queues == ("hooks",)
+    assert Config(**BASE).dedup_window_ms == 300_000, "SQS's five minutes"

@@ -89,3 +89,24 @@ def test_ms_after_is_never_before_now_plus_the_delay() -> None:
     before = wire.now_ms()
     due = wire.ms_after(0.25)
     assert due >= before + 250
+
+
+def test_a_content_dedup_id_is_the_payload_and_user_headers_in_name_order_and_nothing_else() -> None:
+    one = wire.content_dedup_id(b"job", [("b", b"2"), ("a", b"1")])
+    assert one == wire.content_dedup_id(b"job", [("a", b"1"), ("b", b"2")]) and one.startswith("sha256:")
+    assert one != wire.content_dedup_id(b"job", [("a", b"12")])  # length-prefixed: no two sends encode alike
+    assert one != wire.content_dedup_id(b"jo", [("a", b"1"), ("b", b"2b")])
+
+
+def test_a_deduplicated_end_names_the_message_it_repeats() -> None:
+    reason = wire.deduplicated_reason(wire.MessageId(3, 17))
+    assert reason == "deduplicated: duplicate of 3:17"
+    assert wire.duplicate_of(reason) == wire.MessageId(3, 17) and wire.is_deduplicated(reason)
+    assert wire.duplicate_of("rejected") is None and not wire.is_deduplicated("deduplicatedx")
+
+
+@pytest.mark.parametrize(("dedup_id", "problem"), [("", "empty"), ("x" * 257, "the limit is 256"),
+                                                    ("a\nb", "printable"), (5, "must be a string")])
+def test_a_bad_dedup_id_is_refused_saying_why(dedup_id: object, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        wire.validate_dedup_id(dedup_id)

@@ -27,17 +27,17 @@ def test_every_message_is_handed_out_at_or_after_its_due_time_or_hopped_or_held(
     assert len(ready) + len(hops) + len(due_times) == len(messages)
     for m in ready:
         # The header's integer ms, not deliver_at's float seconds: 4.017 * 1000 is 4017.0000000000005.
-        assert HEADER_DELIVER_AT not in m.headers or int(m.headers[HEADER_DELIVER_AT]) <= start_ms
+        assert HEADER_DELIVER_AT not in m.record_headers or int(m.record_headers[HEADER_DELIVER_AT]) <= start_ms
     for m, delay_ms in hops:
-        due_ms = int(m.headers[HEADER_DELIVER_AT])
+        due_ms = int(m.record_headers[HEADER_DELIVER_AT])
         assert due_ms - start_ms > LOCAL_HOLD_MS and delay_ms == min(due_ms - start_ms, MAX_HOP_MS)
     handed: list[Message] = []
     while len(due_times):
         now[0] += 100
         for m in due_times.take_due():
-            assert int(m.headers[HEADER_DELIVER_AT]) <= now[0]
+            assert int(m.record_headers[HEADER_DELIVER_AT]) <= now[0]
             handed.append(m)
-    assert all(int(m.headers[HEADER_DELIVER_AT]) - start_ms <= LOCAL_HOLD_MS for m in handed)
+    assert all(int(m.record_headers[HEADER_DELIVER_AT]) - start_ms <= LOCAL_HOLD_MS for m in handed)
 
 
 def test_the_next_due_time_bounds_the_loops_wait_and_close_takes_what_is_held() -> None:
@@ -53,7 +53,7 @@ def test_the_next_due_time_bounds_the_loops_wait_and_close_takes_what_is_held() 
 def test_an_expired_message_is_sorted_out_whatever_its_due_time() -> None:
     due_times = DueTimes(lambda: 5_000)
     fresh = _message(1, None)
-    fresh.headers[HEADER_EXPIRES_AT] = b"6000"
+    fresh.record_headers[HEADER_EXPIRES_AT] = b"6000"
     stale = _message(2, 9_000)
-    stale.headers[HEADER_EXPIRES_AT] = b"5000"
+    stale.record_headers[HEADER_EXPIRES_AT] = b"5000"
     assert due_times.sort([fresh, stale]) == ([fresh], [], [stale])

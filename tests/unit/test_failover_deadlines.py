@@ -83,10 +83,10 @@ def test_old_samples_stop_bounding_but_the_newest_always_does() -> None:
 def rig(redelivery_timeout_ms: int = 6000) -> tuple[InFlightMessages, MarkerWriter, FakeProducer, FakeMonotonic]:
     config = Config(bootstrap_servers="x", redelivery_timeout_ms=redelivery_timeout_ms)
     producer = FakeProducer()
-    writer = MarkerWriter(config, b"q", producer)
+    writer = MarkerWriter(config, config.marker_topic, b"q", producer)
     mono = FakeMonotonic()
     writer.broker_time = BrokerTime(mono)
-    table = InFlightMessages(config, "q", writer, producer, lambda: None)
+    table = InFlightMessages(config, config.default_topics, "q", writer, producer, lambda: None)
     return table, writer, producer, mono
 
 

@@ -26,7 +26,7 @@ from tests.unit.fakes import FakeStart
 from tests.unit.test_markers import markers, message_ids
 
 starts = st.builds(FakeStart, message_id=message_ids, payload=st.binary(max_size=100),
-                   headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=3),
+                   record_headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=3),
                    delivery_count=st.integers(1, 2**32 - 1), first=message_ids,
                    enqueued_at_ms=st.integers(0, 2**62))
 keys = st.binary(min_size=1, max_size=20)
@@ -41,7 +41,7 @@ def test_a_start_batch_decodes_to_the_starts_a_per_message_consumer_would_write(
     assert decoded == [
         Marker(MarkerType.START, s.message_id, after, key, s.payload, delivery_count=s.delivery_count,
                first_message_id=None if s.first_message_id == s.message_id else s.first_message_id,
-               enqueued_at_ms=s.enqueued_at_ms, client_id=client_id, headers=tuple(s.headers.items()))
+               enqueued_at_ms=s.enqueued_at_ms, client_id=client_id, headers=tuple(s.record_headers.items()))
         for s in batch]
 
 

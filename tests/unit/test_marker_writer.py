@@ -19,7 +19,7 @@ def _writer(fmt: str, **fields: object) -> tuple[MarkerWriter, FakeProducer]:
     producer = FakeProducer()
     config = Config(bootstrap_servers="x:1", redelivery_timeout_ms=8000, marker_format=fmt,
                     settle_linger_ms=60_000, **fields)  # type: ignore[arg-type]
-    return MarkerWriter(config, b"q", producer, instance_id="host:1"), producer
+    return MarkerWriter(config, config.marker_topic, b"q", producer, instance_id="host:1"), producer
 
 
 @pytest.fixture

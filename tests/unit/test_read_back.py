@@ -163,7 +163,8 @@ def _ref_item(offset: int, count: int = 1) -> InFlight:
 
 def _rig() -> tuple[Redeliverer, FakeProducer, FakeProducer, ScriptedReader, list[Attempt], list[float]]:
     sender, markers, reader, copied, now = FakeProducer(), FakeProducer(), ScriptedReader(), [], [0.0]
-    redeliverer = Redeliverer(Config(bootstrap_servers="x:1"), sender, markers, lambda: now[0], copied.append,
+    config = Config(bootstrap_servers="x:1")
+    redeliverer = Redeliverer(config, config.default_topics, sender, markers, lambda: now[0], copied.append,
                               reader=reader)
     return redeliverer, sender, markers, reader, copied, now
 

@@ -25,7 +25,8 @@ def _rig(fmt: str = "kmq", max_deliveries: int = 0) -> tuple[Redeliverer, FakePr
                                                               list[Attempt], list[float]]:
     sender, markers, copied, now = FakeProducer(), FakeProducer(), [], [0.0]
     config = Config(bootstrap_servers="x:1", marker_format=fmt, max_deliveries=max_deliveries)
-    return Redeliverer(config, sender, markers, lambda: now[0], copied.append), sender, markers, copied, now
+    redeliverer = Redeliverer(config, config.default_topics, sender, markers, lambda: now[0], copied.append)
+    return redeliverer, sender, markers, copied, now
 
 
 def _complete(producer: FakeProducer, error: object = None) -> None:

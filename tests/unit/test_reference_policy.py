@@ -50,7 +50,7 @@ def test_records_kept_for_ever_are_always_referenced() -> None:
 def test_the_writer_puts_references_beside_the_copies_and_splits_records_below_the_size_limit() -> None:
     producer = FakeProducer()
     config = Config(bootstrap_servers="x:1", max_payload_bytes=100 * START_OVERHEAD_BYTES)
-    writer = MarkerWriter(config, b"q", producer)
+    writer = MarkerWriter(config, config.marker_topic, b"q", producer)
     try:
         writer.references = _policy(7 * DAY)
         fresh = [FakeStart(MessageId(0, i), b"", enqueued_at_ms=NOW) for i in range(250)]
@@ -67,7 +67,7 @@ def test_the_writer_puts_references_beside_the_copies_and_splits_records_below_t
 
 def test_without_a_policy_every_start_copies() -> None:
     producer = FakeProducer()
-    writer = MarkerWriter(Config(bootstrap_servers="x:1"), b"q", producer)
+    writer = MarkerWriter(Config(bootstrap_servers="x:1"), "kmq.markers", b"q", producer)
     try:
         writer.start([FakeStart(MessageId(0, 1), b"p", enqueued_at_ms=NOW)])
         [batch] = [decode_batch(r.value) for r in producer.records]
@@ -98,7 +98,7 @@ def test_a_retention_that_keeps_records_as_long_as_their_starts_is_fine(retentio
 
 def test_every_start_of_a_record_learns_its_deadline_once_durable_by_copy_or_by_reference() -> None:
     producer = FakeProducer()
-    writer = MarkerWriter(Config(bootstrap_servers="x:1"), b"q", producer)
+    writer = MarkerWriter(Config(bootstrap_servers="x:1"), "kmq.markers", b"q", producer)
     durable: list[tuple[list[MessageId], int]] = []
     writer.on_durable = lambda ids, appended_ms: durable.append((sorted(ids), appended_ms))
     try:

@@ -39,7 +39,7 @@ class Rig:
         self.intake = Intake(self.client, b"q", on_error=lambda r: None)
         self.producer = FakeProducer()
         config = Config(bootstrap_servers="x:1", redelivery_timeout_ms=1000)
-        self.writer = MarkerWriter(config, b"q", self.producer)
+        self.writer = MarkerWriter(config, config.marker_topic, b"q", self.producer)
         self.book = OffsetBook(CommitPolicy(1000, 5.0))
         self.in_flight = Table()
         self.handed: list[Message] = []

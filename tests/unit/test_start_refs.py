@@ -19,11 +19,11 @@ from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 from tests.unit.fakes import FakeStart
 from tests.unit.test_markers import message_ids
 
-refs = st.builds(FakeStart, message_id=message_ids, payload=st.just(b""), headers=st.just({}),
+refs = st.builds(FakeStart, message_id=message_ids, payload=st.just(b""), record_headers=st.just({}),
                  delivery_count=st.integers(1, 2**32 - 1), first=st.none() | message_ids,
                  enqueued_at_ms=st.integers(0, 2**62))
 copies = st.builds(FakeStart, message_id=message_ids, payload=st.binary(max_size=50),
-                   headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=2))
+                   record_headers=st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=2))
 
 
 def _expected(start: FakeStart, key: bytes, after: int, *, reference: bool) -> Marker:
@@ -31,7 +31,7 @@ def _expected(start: FakeStart, key: bytes, after: int, *, reference: bool) -> M
     return Marker(MarkerType.START, start.message_id, after, key, b"" if reference else start.payload,
                   delivery_count=start.delivery_count, first_message_id=None if first == start.message_id else first,
                   enqueued_at_ms=start.enqueued_at_ms, client_id="c", instance_id="h:1",
-                  headers=() if reference else tuple(start.headers.items()), reference=reference)
+                  headers=() if reference else tuple(start.record_headers.items()), reference=reference)
 
 
 @given(st.lists(copies, max_size=5), st.lists(refs, min_size=1, max_size=30, unique_by=lambda s: s.message_id))

@@ -158,7 +158,7 @@ def test_a_loop_that_stops_turning_ends_the_process_with_one_line(capsys: Any) -
             return "the tracker's loop has not turned for 301 s"
 
     exits: list[int] = []
-    watch_loop(Stuck(), threading.Event(), every_s=0.01, exit_process=exits.append)  # type: ignore[arg-type]
+    watch_loop([Stuck()], threading.Event(), every_s=0.01, exit_process=exits.append)  # type: ignore[list-item]
     assert exits == [EXIT_ERROR]
     assert capsys.readouterr().err == ("kmq-redelivery-tracker: error: the tracker's loop has not turned for 301 s: "
                                        "exiting for a restart\n")

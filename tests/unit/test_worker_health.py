@@ -7,13 +7,17 @@ from dataclasses import dataclass
 
 from kmq._kafka.group_view import GroupView
 from kmq.config import Config
+from kmq.topic_sets import TopicSet
 from kmq.worker.health import WorkerHealth
+
+CONFIG = Config(bootstrap_servers="fake:9092", unassigned_unhealthy_ms=30_000, unassigned_exit_ms=120_000)
 
 
 @dataclass
 class Member:
     queue: str
     idle_s: float = 0.0
+    topics: TopicSet = CONFIG.default_topics
 
     def held_nothing_for_s(self) -> float:
         return self.idle_s
@@ -33,9 +37,8 @@ class Admin:
 
 
 def test_a_queue_left_without_partitions_while_records_wait_is_not_ready_then_not_live() -> None:
-    config = Config(bootstrap_servers="fake:9092", unassigned_unhealthy_ms=30_000, unassigned_exit_ms=120_000)
     members, admin, now = [Member("a"), Member("b")], Admin(), [0.0]
-    health = WorkerHealth(config, lambda: members, admin, lambda: now[0])
+    health = WorkerHealth(CONFIG, lambda: members, admin, lambda: now[0])
     admin.waiting_records = {"kafka-mq-b": 12}
     assert health.ready() is None and admin.asked == [], "holding partitions: the group is not asked"
     members[1].idle_s = 45.0

@@ -23,6 +23,7 @@ from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, GroupClient, KafkaClients
 from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome
+from kmq.client.consumer.deduplicator import Deduplicator, reader_read_back
 from kmq.client.consumer.due_times import DueTimes
 from kmq.client.consumer.hand_out import HandOut
 from kmq.client.consumer.identity import ClientIdentity
@@ -36,6 +37,7 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, KafkaClientError, KmqError, UndeliveredMarkersError
 from kmq.metrics_http import MetadataClient
+from kmq.topic_sets import TopicSet
 from kmq.wire.control import ControlState
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -50,13 +52,17 @@ class Consumer:
     ``receive(timeout)`` returns a Message or None, ``receive_many(n, timeout)`` a list; iterate with
     ``for msg in consumer``. ``close()`` releases every unsettled message for prompt redelivery, writes the
     outstanding markers, commits and leaves the group. ``max_in_flight``: the in-flight limit to start with, if
-    lower than ``config.max_in_flight`` (see the property of that name).
+    lower than ``config.max_in_flight`` (see the property of that name). ``topics``: the topic set to read the
+    queue in, by default the one it lives in (``Config.topics_for``); a queue moving to another set is read in
+    each of ``Config.reading_sets(queue)`` by a consumer of its own (the Worker does so).
     """
 
     def __init__(self, config: Config, queue: str, *, max_in_flight: int | None = None,
-                 clients: ClientFactory | None = None) -> None:
+                 clients: ClientFactory | None = None, topics: TopicSet | None = None) -> None:
         clients = clients or KafkaClients()
         self._config = config
+        #: The topics and group it reads.
+        self._topics = topics = topics or config.topics_for(queue)
         self._queue = queue
         self._key = queue.encode()
         self._log = log.bind(queue=queue)
@@ -78,38 +84,43 @@ class Consumer:
         self._due = DueTimes()
         self._keep_alive_s = config.keep_alive_interval_ms / 1000
         self._producer = clients.producer(
-            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", config.marker_topic)
+            _kafka.markers_producer_settings(config, f"kmq-markers-{queue}"), f"markers-{queue}", topics.markers)
         instance_id = _kafka.instance_id()
-        self._writer = MarkerWriter(config, self._key, self._producer, instance_id=instance_id,
+        self._writer = MarkerWriter(config, topics.markers, self._key, self._producer, instance_id=instance_id,
                                     client_id=config.client_id)
-        self._in_flight = InFlightMessages(config, queue, self._writer, self._producer, self._out.wake_loop)
+        self._in_flight = InFlightMessages(config, topics, queue, self._writer, self._producer, self._out.wake_loop)
         #: At-most-once queue: no Starts, so its messages settle through a settler that writes no markers.
         self._at_most_once = queue in config.at_most_once_queues
         self._settler: InFlightMessages | AtMostOnceMessages = (
-            AtMostOnceMessages(config, self._producer) if self._at_most_once else self._in_flight)
+            AtMostOnceMessages(config, topics, self._producer) if self._at_most_once else self._in_flight)
         self._membership = GroupMembership(
-            config.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
+            topics.consumer_group(queue), config.assignment_strategy, eager=config.eager_rebalance,
             join_bound_s=config.connect_timeout_ms / 1000, on_revoking=self._on_revoking,
             on_dropped=self._on_dropped, on_changed=self._on_assignment_changed, logger=self._log)
-        self._control = clients.control(config, self._on_control)
+        self._control = clients.control(config, topics, self._on_control)
         #: A stable client_id is claimed before the group is joined: a live twin refuses this consumer.
         self._identity = (ClientIdentity(config.client_id, instance_id, self._producer, self._control,
                                          config.connect_timeout_ms / 1000 + 20) if config.client_id else None)
         self._client = clients.group_consumer({
-            **_kafka.consumer_settings(config, config.consumer_group(queue), f"kmq-consumer-{queue}"),
+            **_kafka.consumer_settings(config, topics.consumer_group(queue), f"kmq-consumer-{queue}"),
             "error_cb": self._on_client_error,
         })
         self._intake = Intake(self._client, self._key, self._on_record_error, config.receive_buffer_capacity,
                               config.max_read_ahead_records)
         self._book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
+        #: Duplicate sends out before their Starts (docs/concepts/dedup.md); None with ``dedup_window_ms`` 0.
+        self._dedup = Deduplicator(
+            self._key, config.dedup_window_ms, config.dedup_clock_skew_ms,
+            reader_read_back(clients, config, queue, self._stop), None if self._at_most_once else self._writer,
+            park=config.eager_rebalance, queue=queue) if config.dedup_window_ms else None
         self._pipeline = StartPipeline(
             key=self._key, intake=self._intake, writer=self._writer, book=self._book, in_flight=self._in_flight,
             to_message=self._to_message, commit=self._commit, hand_out=self._hand_out,
             start_timeout_s=config.connect_timeout_ms / 1000 + 20, stopping=self._stop,
-            write_starts=not self._at_most_once)
+            write_starts=not self._at_most_once, dedup=self._dedup)
         try:
             self._check_topics()
-            retention = clients.retention(config)  # None: Starts copy their payloads (see ReferencePolicy)
+            retention = clients.retention(config, topics)  # None: Starts copy their payloads (see ReferencePolicy)
             if retention is not None:
                 self._writer.references = ReferencePolicy(keep_ms=retention.messages_ms,
                                                           redelivery_timeout_ms=config.redelivery_timeout_ms)
@@ -117,7 +128,7 @@ class Consumer:
             if self._identity is not None:
                 self._identity.claim()
             self._writer.hello()  # a restart with the same client_id: the tracker frees what we held at once
-            self._membership.subscribe(self._client, [config.message_topic])
+            self._membership.subscribe(self._client, [topics.messages])
         except BaseException:
             self._client.close()
             self._control.close()
@@ -134,6 +145,11 @@ class Consumer:
     def queue(self) -> str:
         """The queue this consumer receives from."""
         return self._queue
+
+    @property
+    def topics(self) -> TopicSet:
+        """The topic set it reads (its messages topic, in the set's consumer group) and writes markers to."""
+        return self._topics
 
     @property
     def assignment(self) -> frozenset[int]:
@@ -169,6 +185,11 @@ class Consumer:
     def records_read(self) -> int:
         """Records read from the messages topic, this queue's and others' (read amplification)."""
         return self._intake.records_read
+
+    @property
+    def deduplicated(self) -> int:
+        """Duplicate sends this consumer kept from handlers (Ended as deduplicated) since it started."""
+        return 0 if self._dedup is None else self._dedup.deduplicated
 
     @property
     def in_flight(self) -> int:
@@ -308,7 +329,7 @@ class Consumer:
             # the next consumer reads them. Received ones are earlier in each partition, so none comes twice.
             first: dict[TopicPartitionKey, int] = {}
             for mid in never_received:
-                tp = (self._config.message_topic, mid.partition)
+                tp = (self._topics.messages, mid.partition)
                 first[tp] = min(first.get(tp, mid.offset), mid.offset)
             _kafka.commit(self._client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
         self._control.close()
@@ -317,7 +338,7 @@ class Consumer:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
             raise UndeliveredMarkersError(
                 f"consumer of queue {self._queue!r}: {undelivered} marker record(s) were not written to "
-                f"{self._config.marker_topic!r} (acks among them are lost: those messages will be delivered "
+                f"{self._topics.markers!r} (acks among them are lost: those messages will be delivered "
                 "again)", undelivered)
 
     def __enter__(self) -> Consumer:
@@ -433,6 +454,7 @@ class Consumer:
         self._log.warning("consume_error", error=err.str(), code=err.name())
 
     def _on_client_error(self, err: KafkaError) -> None:
+        _kafka.Credentials.note(self._config.bootstrap_servers, self._config.kafka.get("sasl.username", ""), err)
         cannot_join = self._membership.cannot_join(err)
         if _kafka.is_fatal(err) or cannot_join is not None:
             self._fatal = cannot_join or _fatal_error(err, self._config, self._queue)
@@ -447,7 +469,7 @@ class Consumer:
     def _on_revoking(self, partitions: list[int]) -> None:
         """Still ours: what is not handed out is Started again by whoever owns it next; what is, gets committed."""
         self._pipeline.rewind()
-        mine = self._book.pending_in([(self._config.message_topic, p) for p in partitions])
+        mine = self._book.pending_in([(self._topics.messages, p) for p in partitions])
         if mine:
             self._commit(mine)
 
@@ -455,7 +477,9 @@ class Consumer:
         # Neither committed nor Started: the partition's next owner reads these records again.
         if lost:
             self._pipeline.rewind()
-        gone = [(self._config.message_topic, p) for p in partitions]
+        if self._dedup is not None:
+            self._dedup.dropped(partitions)  # another consumer may decide their duplicates now
+        gone = [(self._topics.messages, p) for p in partitions]
         self._book.forget(gone)
         self._intake.forget(gone)
 
@@ -464,7 +488,7 @@ class Consumer:
             self._intake.rebalanced()
 
     def _check_topics(self) -> None:
-        _kafka.topic_partitions(self._client, self._config, self._config.message_topic, "message")
+        _kafka.topic_partitions(self._client, self._config, self._topics.messages, "message")
 
 
 def _close_within(client: GroupClient, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:

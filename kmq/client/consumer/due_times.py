@@ -43,7 +43,7 @@ class DueTimes:
         expired: list[Message] = []
         now_ms = -1
         for message in messages:
-            headers = message.headers
+            headers = message.record_headers
             if not headers or (HEADER_DELIVER_AT not in headers and HEADER_EXPIRES_AT not in headers):
                 ready.append(message)  # the common case, kept cheap
                 continue

@@ -27,6 +27,7 @@ from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError
+from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
 from kmq.wire.markers import EndReason
 
@@ -41,9 +42,10 @@ LATE_LOG_EVERY_S = 5.0
 class InFlightMessages:
     """The Settler of a consumer's Messages (``message.ack()`` lands here), any thread."""
 
-    def __init__(self, config: Config, queue: str, writer: MarkerWriter, dlq_producer: MarkerProducer,
-                 on_settled: Callable[[], None]) -> None:
+    def __init__(self, config: Config, topics: TopicSet, queue: str, writer: MarkerWriter,
+                 dlq_producer: MarkerProducer, on_settled: Callable[[], None]) -> None:
         self._config = config
+        self._topics = topics
         self._queue = queue
         self._key = queue.encode()
         self._writer = writer
@@ -208,7 +210,7 @@ class InFlightMessages:
     def _reject(self, message: Message, reason: str) -> None:
         self._claim(message, "reject")
         try:
-            _dead_letter(self._dlq_producer, self._config, message, reason)
+            _dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
         except DeliveryError:
             if not self.closed:  # unsettled again, so the caller may retry
                 message._settled_as = ""
@@ -222,7 +224,7 @@ class InFlightMessages:
         self._claim(message, "expire")
         if dead_letter:
             try:
-                _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)
+                _dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)
             except DeliveryError as err:  # stays in flight: released at close, and read (and expired) again
                 message._settled_as = ""
                 self._table[message.message_id] = message
@@ -291,18 +293,19 @@ class InFlightMessages:
 
 
 
-def _dead_letter(producer: MarkerProducer, config: Config, message: Message, reason: str) -> None:
+def _dead_letter(producer: MarkerProducer, config: Config, topics: TopicSet, message: Message, reason: str) -> None:
     """Writes ``message`` to the dead-letter topic with its delivery headers and why; waits until it is durable."""
     delivery = wire.DeliveryHeaders(message.delivery_count, message.first_message_id, message.enqueued_at_ms)
-    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(list(message.headers.items()))
+    headers = wire.DeadLetterHeaders(reason, message.queue.encode(), delivery).encode(
+        list(message.record_headers.items()))
     try:
-        producer.produce_future(config.dlq_topic, message.payload, message.queue.encode(), headers).result(
+        producer.produce_future(topics.dead_letters, message.payload, message.queue.encode(), headers).result(
             config.connect_timeout_ms / 1000 + 20)
     except Exception as err:
         raise DeliveryError(f"cannot dead-letter message {message.message_id} of queue {message.queue!r} "
-                            f"to {config.dlq_topic!r}: {err}") from err
+                            f"to {topics.dead_letters!r}: {err}") from err
     if message._span is not None:
-        otel.dead_lettered(message._span, config.dlq_topic, reason or "rejected")
+        otel.dead_lettered(message._span, topics.dead_letters, reason or "rejected")
 
 
 class AtMostOnceMessages:
@@ -310,8 +313,9 @@ class AtMostOnceMessages:
     alive; an ack only marks the message, a reject dead-letters it, a release is refused (nothing would bring the
     message back)."""
 
-    def __init__(self, config: Config, dlq_producer: MarkerProducer) -> None:
+    def __init__(self, config: Config, topics: TopicSet, dlq_producer: MarkerProducer) -> None:
         self._config = config
+        self._topics = topics
         self._dlq_producer = dlq_producer
         self._lock = threading.Lock()
 
@@ -347,7 +351,7 @@ class AtMostOnceMessages:
 
     def _reject(self, message: Message, reason: str) -> None:
         self._settle(message, "reject")
-        _dead_letter(self._dlq_producer, self._config, message, reason)
+        _dead_letter(self._dlq_producer, self._config, self._topics, message, reason)
 
     def _keep_alive(self, message: Message) -> None:
         pass
@@ -362,4 +366,4 @@ class AtMostOnceMessages:
     def expire(self, message: Message, dead_letter: bool) -> None:
         self._settle(message, "expire")
         if dead_letter:
-            _dead_letter(self._dlq_producer, self._config, message, wire.EXPIRED_REASON)
+            _dead_letter(self._dlq_producer, self._config, self._topics, message, wire.EXPIRED_REASON)

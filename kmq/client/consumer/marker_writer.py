@@ -28,7 +28,7 @@ from kmq.client.consumer.reference_policy import ReferencePolicy
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
-from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId
+from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId, deduplicated_reason
 from kmq.wire.marker_batch import (
     START_OVERHEAD_BYTES,
     Startable,
@@ -57,9 +57,9 @@ def _ignore(_ids: Sequence[MessageId], _appended_ms: int) -> None:
 class MarkerWriter:
     """One queue's marker output. ``start`` from the loop thread; settles from any thread."""
 
-    def __init__(self, config: Config, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
+    def __init__(self, config: Config, topic: str, key: bytes, producer: MarkerProducer, *, instance_id: str = "",
                  client_id: str = "") -> None:
-        self._topic = config.marker_topic
+        self._topic = topic
         self._key = key
         self._producer = producer
         self._batched = config.marker_format == MARKER_FORMAT_KMQ
@@ -152,7 +152,7 @@ class MarkerWriter:
         self._producer.produce_many(self._topic, [
             encode_start(m.message_id, after, key, m.payload, delivery_count=m.delivery_count,
                          first_message_id=m.first_message_id, enqueued_at_ms=m.enqueued_at_ms,
-                         headers=m.headers.items(), client_id=client_id, instance_id=instance_id)
+                         headers=m.record_headers.items(), client_id=client_id, instance_id=instance_id)
             for m in messages], key, done)
         return delivery
 
@@ -192,6 +192,29 @@ class MarkerWriter:
 
     def end(self, message_id: MessageId, end_reason: EndReason, reason: str = "") -> None:
         self._others.append(Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason))
+
+    def deduplicated(self, duplicates: Sequence[tuple[MessageId, MessageId]]) -> Delivery[MessageId]:
+        """Writes at once the End (deduplicated) of each (duplicate, the message it repeats), instead of a Start; the
+        Delivery is done when all are durable, failed if any failed (nothing past them may be committed before)."""
+        markers = [Marker(MarkerType.END, duplicate, end_reason=EndReason.REJECTED, reason=deduplicated_reason(of),
+                          instance_id=self._instance_id) for duplicate, of in duplicates]
+        if self._batched:
+            value = encode_settles(self._key, self._after_ms, others=markers, client_id=self._client_id,
+                                   instance_id=self._instance_id)
+            return self._producer.produce_future(self._topic, value, self._key)
+        delivery: Delivery[MessageId] = Delivery()
+        reported = itertools.count(1)
+        errors: list[BaseException] = []
+
+        def done(err: Any, _record: Any) -> None:
+            if err is not None:
+                errors.append(DeliveryError(f"delivery to {self._topic} failed: {err.str()}",
+                                            retriable=err.retriable(), code=err.code()))
+            if next(reported) == len(markers):
+                delivery._set(None, errors[0] if errors else None)
+
+        self._producer.produce_many(self._topic, [encode(m) for m in markers], self._key, done)
+        return delivery
 
     def hello(self) -> None:
         """Announces this (re)started consumer: a kmq tracker redelivers at once what earlier instances of the same

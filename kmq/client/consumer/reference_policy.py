@@ -38,7 +38,7 @@ class ReferencePolicy:
         copies: list[S] = []
         refs: list[S] = []
         for message in messages:
-            if message.enqueued_at_ms < oldest or (HEADER_DELIVER_AT in message.headers and self._hop_too_long(
+            if message.enqueued_at_ms < oldest or (HEADER_DELIVER_AT in message.record_headers and self._hop_too_long(
                     message, now)):
                 copies.append(message)
             else:
@@ -46,6 +46,6 @@ class ReferencePolicy:
         return copies, refs
 
     def _hop_too_long(self, message: Startable, now: int) -> bool:
-        hop_ms = min(max(0, int(message.headers[HEADER_DELIVER_AT]) - now), MAX_HOP_MS)
+        hop_ms = min(max(0, int(message.record_headers[HEADER_DELIVER_AT]) - now), MAX_HOP_MS)
         assert self._safe_age_ms is not None
         return now + max(hop_ms, self._timeout_ms) - message.enqueued_at_ms > self._safe_age_ms

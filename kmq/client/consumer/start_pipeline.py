@@ -39,6 +39,12 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 DEPTH = 2
 
 
+class Screen(Protocol):
+    """Takes duplicate sends out before their Starts (kmq.client.consumer.deduplicator.Deduplicator)."""
+
+    def screen(self, records: list[Record]) -> tuple[list[Record], list[Delivery[MessageId]]] | None: ...
+
+
 class InFlightTable(Protocol):
     """Where Started messages are kept alive until settled (kmq.client.consumer.in_flight.InFlightMessages)."""
 
@@ -63,16 +69,17 @@ def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_ali
     """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
     msg_id = _new_id(MessageId, (record.partition() or 0, record.offset() or 0))
     raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
-    if not raw:  # a first delivery without user headers: the common case, kept cheap
+    headers = {k: v or b"" for k, v in raw} if raw else {}
+    internal = wire.INTERNAL_HEADERS
+    if not headers or internal.isdisjoint(headers):  # a first delivery (user headers, a dedup id): the common case
         kind, timestamp_ms = record.timestamp()
-        return Message(record.value() or b"", {}, queue, msg_id, 1, msg_id,
+        return Message(record.value() or b"", headers, queue, msg_id, 1, msg_id,
                        timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
                        settler, "", next_keep_alive)
-    internal = wire.INTERNAL_HEADERS
-    kmq = wire.DeliveryHeaders.parse({k: v or b"" for k, v in raw if k in internal})
+    kmq = wire.DeliveryHeaders.parse(headers)
     return Message(
         payload=record.value() or b"", queue=queue, message_id=msg_id,
-        headers={k: v or b"" for k, v in raw if k not in internal},
+        record_headers={k: v for k, v in headers.items() if k not in internal},
         delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
         enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
         _settler=settler, _next_keep_alive=next_keep_alive,
@@ -86,7 +93,8 @@ class StartPipeline:
                  in_flight: InFlightTable, to_message: Callable[[Record], Message],
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
-                 stopping: threading.Event | None = None, write_starts: bool = True) -> None:
+                 stopping: threading.Event | None = None, write_starts: bool = True,
+                 dedup: Screen | None = None) -> None:
         self._key = key
         self._intake = intake
         self._writer = writer
@@ -98,6 +106,7 @@ class StartPipeline:
         self.start_timeout_s = start_timeout_s
         #: False for an at-most-once queue: messages are committed and handed out with no Start and no keep-alives.
         self._write_starts = write_starts
+        self._dedup = dedup
         self._stopping = stopping or threading.Event()
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
@@ -119,15 +128,22 @@ class StartPipeline:
             offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
             if record.key() == key:
                 own.append(record)
-        if not own and not self._batches:
+        ends: list[Delivery[MessageId]] = []
+        if own and self._dedup is not None:
+            screened = self._dedup.screen(own)  # duplicates are Ended (deduplicated) instead of Started
+            if screened is None:  # a dedup window could not be rebuilt now: these records are taken again
+                self._intake.put_back(records)
+                return
+            own, ends = screened
+        if not own and not ends and not self._batches:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
             return
         messages = [self._to_message(r) for r in own]
-        deliveries = []
+        deliveries = ends
         if self._write_starts:
             for message in messages:
                 self._in_flight.add(message)
-            deliveries = self._writer.start(messages) if messages else []
+            deliveries += self._writer.start(messages) if messages else []
         self._batches.append(StartBatch(records, messages, offsets, deliveries))
         self.waiting += len(messages)
 
@@ -139,7 +155,7 @@ class StartPipeline:
         the consumer stops)."""
         while self._batches:
             head = self._batches[0]
-            if not head.messages:
+            if not head.messages and not head.deliveries:
                 self._batches.popleft()
                 self._book.advance(head.offsets, len(head.records))
                 continue

@@ -27,7 +27,7 @@ from kmq.wire.vocabulary import MarkerEvent as E
 
 #: Per-delivery and per-message count columns (summed into each message).
 DELIVERY_FACTS = ("acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends", "dead_ends",
-                  "go_ends", "refused_ends")
+                  "dedup_ends", "go_ends", "refused_ends")
 DELIVERY_COUNTERS = (v.DELIVERED, v.RELEASED, v.RETURNED, v.REDELIVERED, v.GO_REDELIVERED, v.RECOVERED)
 RECORD_FACTS = ("waiting_records", "purged_records", "consumed_records", v.PRODUCED)
 LETTER_FACTS = ("expired_letters", "dead_letters", "refused_letters")
@@ -55,8 +55,8 @@ def _count(event: E) -> Column:
 
 
 def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
-    """One row per Started record: its counts of each marker event, first Start, deadline, and what it adds to its
-    message's facts and counters."""
+    """One row per Started record, or Ended duplicate (never Started): its counts of each marker event, first
+    Start, deadline, and what it adds to its message's facts and counters."""
     ends = [int(e) for e in v.END_EVENTS]
     start = F.col("event") == int(E.START)
     # Aggregates of fixed-width values only, so Spark aggregates by hash, not by sorting: the queue as a hash of
@@ -72,9 +72,11 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         F.min(F.when(F.col("event") == int(E.ACK), F.col("ts"))).alias("first_ack_ms"),
         F.max(F.when(F.col("event").isin([int(e) for e in v.FINAL_END_EVENTS]), F.col("ts"))).alias("final_end_ms"),
         *[_count(e).alias(f"n_{e.name.lower()}") for e in E if e is not E.START],
-    ).filter("starts > 0")
+    ).filter("starts > 0 OR n_deduplicate > 0")
     names = markers.filter(start).select(F.xxhash64("queue").alias("queue_id"), "queue").distinct()
-    agg = agg.join(F.broadcast(names), "queue_id").drop("queue_id")
+    # A duplicate has no Start, so no queue here: its record names it (a duplicate whose record is not read is left
+    # out, as kmq.ops.lifecycle leaves it).
+    agg = agg.join(F.broadcast(names), "queue_id", "left").drop("queue_id")
     n: dict[E, Column] = {e: F.col(f"n_{e.name.lower()}") for e in E if e is not E.START}
     ended = sum((n[E(e)] for e in ends), F.lit(0)) > 0
     unhandled = sum((n[e] for e in v.UNHANDLED_EVENTS), F.lit(0)) > 0
@@ -94,6 +96,7 @@ def deliveries(markers: DataFrame, now_ms: int) -> DataFrame:
         (n[E.PURGE] + n[E.TRACKER_PURGE]).alias("purge_ends"),
         n[E.EXPIRE].alias("expire_ends"),
         (n[E.REJECT] + n[E.DEAD_LETTER]).alias("dead_ends"),
+        n[E.DEDUPLICATE].alias("dedup_ends"),
         n[E.REJECT].alias("refused_ends"),
         flag(~unhandled).alias(v.DELIVERED),
         n[E.RELEASE].alias(v.RELEASED),
@@ -176,6 +179,7 @@ def lifecycles(spark: SparkSession, markers: DataFrame, raw_records: DataFrame, 
     # its Start copied), or, its record not read, to its Start's first id.
     rows = recs.join(dels, "mid", "full_outer")
     read = F.col("ts").isNotNull()
+    rows = rows.filter(read | F.col("start_ms").isNotNull())  # a duplicate's End alone, its record not read
     rows = (rows.withColumn("queue", F.when(read, F.col("queue")).otherwise(F.col("start_queue")))
             .withColumn("key_id", F.when(read, F.coalesce("first_id_header", "mid"))
                         .otherwise(F.col("start_first_id")))
@@ -206,7 +210,7 @@ def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
          .join(F.broadcast(purges), F.col("queue") == F.col("p_queue"), "left"))
     read = F.col("ts").isNotNull()
     started = F.col("start_ms").isNotNull()
-    unstarted = read & ~started
+    unstarted = read & ~started & ~F.coalesce(F.col("dedup_ends") > 0, F.lit(False))
     below = F.coalesce(offset < F.col("committed"), F.lit(False))
     enqueued = F.when(F.col("enqueued_at") > 0, F.col("enqueued_at")).otherwise(F.col("ts"))
     purged = F.coalesce(enqueued < F.col("purge_ms"), F.lit(False))
@@ -219,7 +223,7 @@ def _row_facts(spark: SparkSession, r: DataFrame, facts: Facts) -> DataFrame:
     copies = F.coalesce(F.col("copies"), F.lit(0)) + go_copy
     return r.select(
         "queue", "first_id", "acks", "open_in_flight", "open_delayed", "open_overdue", "purge_ends", "expire_ends",
-        "dead_ends", "refused_ends",
+        "dead_ends", "dedup_ends", "refused_ends",
         ((F.col("n_go_end") > 0) & (go_copied == 0)).cast("long").alias("go_ends"),
         v.DELIVERED, v.RELEASED, v.RETURNED, copies.alias(v.REDELIVERED), go_copy.alias(v.GO_REDELIVERED),
         (started & counted & (copies > 0) & ~F.col("released_once")).cast("long").alias(v.RECOVERED),
@@ -267,8 +271,8 @@ def _classify(m: DataFrame, facts: Facts) -> DataFrame:
     for name, names in v.STATE_RULES:
         state = state.when(sum((F.col(n) for n in names), F.lit(0)) > 0, F.lit(name))
     m = m.withColumn("state", state.otherwise(F.lit(v.VANISHED)))
-    m = m.withColumn(v.REJECTED, ((F.col("state") == v.DEAD_LETTERED)
-                                  & ((F.col("refused_ends") + F.col("refused_letters")) > 0)).cast("long"))
+    m = m.withColumn(v.REJECTED, F.greatest(F.coalesce("refused_ends", F.lit(0)),
+                                            F.coalesce("refused_letters", F.lit(0))).cast("long"))
     m = m.withColumn("max_delivery_count", F.coalesce("max_delivery_count", F.lit(0)))
     return m.withColumn("scope", _scope(facts))
 

@@ -27,7 +27,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
 )
 
-from kmq import wire
 from kmq._kafka import control
 from kmq._kafka.topics import create_topics
 from kmq.config import Config
@@ -47,6 +46,7 @@ class KafkaSink:
 
     def __init__(self, config: Config) -> None:
         self._config = config
+        self._topics = config.default_topics
         self._producer = KafkaProducer({
             "bootstrap.servers": config.bootstrap_servers, "enable.idempotence": True, "linger.ms": 100,
             "batch.size": 1_000_000, "compression.type": "lz4", "queue.buffering.max.messages": 2_000_000,
@@ -80,14 +80,14 @@ class KafkaSink:
     def message(self, partition: int, key: bytes, value: bytes, headers: Headers, timestamp_ms: int) -> MessageId:
         offset = self._next.get(partition, 0)
         self._next[partition] = offset + 1
-        self._produce(self._config.message_topic, value, key, headers, timestamp_ms, partition)
+        self._produce(self._topics.messages, value, key, headers, timestamp_ms, partition)
         return MessageId(partition, offset)
 
     def marker(self, partition: int, key: bytes, value: bytes, timestamp_ms: int) -> None:
-        self._produce(self._config.marker_topic, value, key, None, timestamp_ms, partition)
+        self._produce(self._topics.markers, value, key, None, timestamp_ms, partition)
 
     def dead_letter(self, key: bytes, value: bytes, headers: Headers, timestamp_ms: int) -> None:
-        self._produce(self._config.dlq_topic, value, key, headers, timestamp_ms)
+        self._produce(self._topics.dead_letters, value, key, headers, timestamp_ms)
 
     def close(self) -> dict[int, int]:
         """Waits for every record; returns the predicted end offset per messages partition."""
@@ -111,9 +111,9 @@ def arrivals(messages: int, hours: float, tick_ms: int, seed: int) -> Iterator[t
 
 def prepare(config: Config, partitions: int, marker_partitions: int) -> None:
     """Fresh topics; the markers topic keeps the producer's timestamps (the simulated times), unlike kmq's."""
-    create_topics(config, partitions=partitions, marker_partitions=marker_partitions)
+    create_topics(config, config.default_topics, partitions=partitions, marker_partitions=marker_partitions)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, config.marker_topic, incremental_configs=[
+    resource = ConfigResource(ConfigResource.Type.TOPIC, config.default_topics.markers, incremental_configs=[
         ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
@@ -137,18 +137,19 @@ def _commit(admin: AdminClient, group: str, offsets: list[TopicPartition], timeo
 def finish(config: Config, outcome: Outcome, predicted: dict[int, int]) -> None:
     """Commits each queue's offsets, writes purge times, and checks the predicted offsets."""
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers, **config.kafka})
+    topics = config.default_topics
     for queue, offsets in outcome.committed.items():
-        _commit(admin, wire.consumer_group(queue), [TopicPartition(config.message_topic, p, o)
-                                                    for p, o in sorted(offsets.items())])
+        _commit(admin, topics.consumer_group(queue), [TopicPartition(topics.messages, p, o)
+                                                      for p, o in sorted(offsets.items())])
     for queue, before_ms in outcome.purged_before.items():
-        control.write(config, PURGE + queue, {"before_ms": before_ms})
-    meta = admin.list_topics(config.message_topic, timeout=30).topics[config.message_topic]
+        control.write(config, topics, PURGE + queue, {"before_ms": before_ms})
+    meta = admin.list_topics(topics.messages, timeout=30).topics[topics.messages]
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": config.bootstrap_servers, "group.id": "kmq-generate-check"})
     try:
         for p in meta.partitions:
-            _, high = consumer.get_watermark_offsets(TopicPartition(config.message_topic, p), timeout=30)
+            _, high = consumer.get_watermark_offsets(TopicPartition(topics.messages, p), timeout=30)
             if high != predicted.get(p, 0):
                 raise RuntimeError(f"partition {p}: end offset {high}, predicted {predicted.get(p, 0)}")
     finally:
@@ -186,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     truth = {
         "messages": args.messages, "records_produced": sink.produced, "now_ms": outcome.now_ms,
         "start_ms": start_ms, "seconds": round(time.monotonic() - started, 1),
-        "config": {"bootstrap_servers": config.bootstrap_servers, "message_topic": config.message_topic,
-                   "marker_topic": config.marker_topic, "at_most_once_queues": list(AT_MOST_ONCE)},
+        "config": {"bootstrap_servers": config.bootstrap_servers, "message_topic": config.default_topics.messages,
+                   "marker_topic": config.default_topics.markers, "at_most_once_queues": list(AT_MOST_ONCE)},
         "queues": {q: {"states": dict(outcome.states[q]), "counters": dict(outcome.counters[q])}
                    for q in sorted(outcome.states)},
         "windows": [{"from_ms": a, "to_ms": b, "queues": {q: dict(c) for q, c in sorted(found.items())}}

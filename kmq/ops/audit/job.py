@@ -25,6 +25,7 @@ from kmq.ops.audit import SPARK_VERSION, chart, connector_jars
 from kmq.ops.audit.classification import Facts, lifecycles
 from kmq.ops.audit.reading import read, snapshot
 from kmq.ops.audit.summary import acked_per_minute, summarise
+from kmq.topic_sets import TopicSet
 from kmq.wire import now_ms as wire_now_ms
 
 
@@ -41,6 +42,19 @@ class AuditOptions:
     now_ms: int | None = None
     #: Extra Spark settings (``spark.executor.memory`` …) for a session the audit makes.
     spark_conf: dict[str, str] = field(default_factory=dict)
+    #: The topic set to read (an audit reads one); None: the set ``queues`` live in, or the default set.
+    topic_set: str | None = None
+
+
+def audited_set(config: Config, options: AuditOptions) -> TopicSet:
+    """The one topic set an audit reads: the one named, or the one every queue named lives in."""
+    if options.topic_set is not None:
+        return config.topic_set(options.topic_set)
+    sets = list(dict.fromkeys(config.topics_for(q) for q in options.queues)) or [config.default_topics]
+    if len(sets) > 1:
+        raise KmqError(f"the queues named live in topic sets {', '.join(s.name for s in sets)}: an audit reads one "
+                       "set (run one per set, with --set)")
+    return sets[0]
 
 
 def session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
@@ -75,11 +89,12 @@ def session(master: str, conf: dict[str, str] | None = None) -> SparkSession:
 def run(config: Config, options: AuditOptions, spark: SparkSession | None = None) -> dict[str, Any]:
     """Runs the audit; writes lifecycle and summary Parquet, summary.json and audit.png into ``out_dir``. With
     ``spark``, runs in that session and leaves it open."""
+    started = time.monotonic()
+    # First: a broker that does not answer is one line, before Spark starts.
+    snap = snapshot(config, audited_set(config, options), options.from_ms)
     own = spark is None
     spark = spark or session(options.master, options.spark_conf)
-    started = time.monotonic()
     try:
-        snap = snapshot(config, options.from_ms)
         now_ms = options.now_ms if options.now_ms is not None else wire_now_ms()
         topics = read(spark, config, snap, min_partitions=2 * spark.sparkContext.defaultParallelism)
         window = options.from_ms is not None or options.to_ms is not None

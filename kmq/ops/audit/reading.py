@@ -12,7 +12,6 @@ at the end offsets, since a lifecycle that began in the window goes on after it.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from kmq._kafka.settings import consumer_settings
 from kmq.config import Config
 from kmq.ops.audit.decoding import MID_SHIFT, decode_batches, schema
 from kmq.ops.stats import committed_offsets, purge_times
+from kmq.topic_sets import TopicSet
 
 #: Markers are read from this long before the window: a marker's broker time may trail its message's producer time.
 MARKER_SKEW_MS = 5 * 60_000
@@ -57,24 +57,26 @@ class Snapshot:
     purged_before: dict[str, int] = field(default_factory=dict)
 
 
-def snapshot(config: Config, from_ms: int | None) -> Snapshot:
-    """The ranges to read, committed offsets and purge times, in the order that keeps them consistent."""
-    committed = committed_offsets(config)
-    purges = purge_times(config)
-    consumer = KafkaConsumer(consumer_settings(config.replace(client_id=""), f"kmq-audit-{uuid.uuid4().hex}",
+def snapshot(config: Config, topics: TopicSet, from_ms: int | None) -> Snapshot:
+    """The ranges of one topic set to read, committed offsets and purge times, in the order that keeps them
+    consistent."""
+    committed = committed_offsets(config, topics)
+    purges = purge_times(config, topics)
+    consumer = KafkaConsumer(consumer_settings(config.replace(client_id=""), topics.private_group("audit"),
                                                "kmq-audit"))
     try:
-        markers = _range(consumer, config, config.marker_topic, None if from_ms is None else from_ms - MARKER_SKEW_MS)
-        messages = _range(consumer, config, config.message_topic, from_ms)
-        dead = _range(consumer, config, config.dlq_topic, from_ms)
+        markers = _range(consumer, config, topics, topics.markers,
+                         None if from_ms is None else from_ms - MARKER_SKEW_MS)
+        messages = _range(consumer, config, topics, topics.messages, from_ms)
+        dead = _range(consumer, config, topics, topics.dead_letters, from_ms)
     finally:
         consumer.close()
     return Snapshot(markers, messages, dead, committed, purges)
 
 
-def _range(consumer: KafkaConsumer, config: Config, topic: str, from_ms: int | None) -> TopicRange:
+def _range(consumer: KafkaConsumer, config: Config, topics: TopicSet, topic: str, from_ms: int | None) -> TopicRange:
     timeout_s = config.connect_timeout_ms / 1000
-    role = {config.marker_topic: "markers", config.dlq_topic: "dead-letter"}.get(topic, "message")
+    role = {topics.markers: "markers", topics.dead_letters: "dead-letter"}.get(topic, "message")
     partitions = topic_partitions(consumer, config, topic, role)
     bounds = {p: watermarks(consumer, TopicPartition(topic, p), timeout_s, f"offsets of {topic!r}") for p in partitions}
     starts = {p: low for p, (low, _) in bounds.items()}

@@ -224,3 +224,22 @@ def test_an_actor_over_its_time_limit_is_interrupted_and_retried_through_a_kmq_d
     assert runs[1].deliver_at is not None
 
 
+
+
+def test_a_dedup_id_runs_a_message_once_and_never_drops_its_retries(tracked: KmqBroker, stub_worker: Worker) -> None:
+    # Given an actor that fails its first run, sent twice with one dedup id (a producer's retry after a timeout)
+    runs: list[Run] = []
+
+    @dramatiq.actor(max_retries=2, min_backoff=10, max_backoff=20)
+    def charge() -> None:
+        runs.append(current_run())
+        if len(runs) == 1:
+            raise RuntimeError("card network busy")
+
+    charge.send_with_options(dedup_id="order-991")
+    charge.send_with_options(dedup_id="order-991")
+    tracked.join(charge.queue_name)
+    time.sleep(1.0)  # a second run of the duplicate would have come by now
+
+    # Then the duplicate never ran, and the retry (a new send of the same message) was not taken for one
+    assert [r.retries for r in runs] == [0, 1]

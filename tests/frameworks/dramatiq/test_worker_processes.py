@@ -11,8 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -29,11 +30,12 @@ ROOT = Path(__file__).resolve().parents[3]
 FAST_GROUP = {"consumer_kafka.session.timeout.ms": "6000", "consumer_kafka.heartbeat.interval.ms": "500"}
 
 
-def session_url(session: DramatiqSession, queue_prefix: str, **fields: str) -> str:
+def session_url(session: DramatiqSession, queue_prefix: str, group: Mapping[str, str] = FAST_GROUP,
+                **fields: str) -> str:
     config = session.config
     query = {"message_topic": config.message_topic, "marker_topic": config.marker_topic,
              "next_message_timeout_ms": "100", "queue_prefix": queue_prefix, "redelivery_timeout_ms": "3000",
-             **FAST_GROUP, **fields}
+             **group, **fields}
     return f"kmq://{config.bootstrap_servers}/?{urlencode(query)}"
 
 
@@ -44,12 +46,12 @@ class Workers:
         self.url, self.log = url, log
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, threads: int) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "DRAMATIQ_TEST_URL": self.url, "DRAMATIQ_TEST_LOG": str(self.log)}
+    def start(self, threads: int, processes: int = 1, url: str | None = None) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "DRAMATIQ_TEST_URL": url or self.url, "DRAMATIQ_TEST_LOG": str(self.log)}
         with (self.log.parent / f"worker-{len(self.procs)}.log").open("wb") as output:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dramatiq", "tests.frameworks.dramatiq.worker_app", "--processes", "1",
-                 "--threads", str(threads)], cwd=ROOT, env=env, start_new_session=True,
+                [sys.executable, "-m", "dramatiq", "tests.frameworks.dramatiq.worker_app", "--processes",
+                 str(processes), "--threads", str(threads)], cwd=ROOT, env=env, start_new_session=True,
                 stdout=output, stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
@@ -140,3 +142,42 @@ def test_a_sigkilled_worker_loses_nothing(workers: Workers, sender: KmqBroker) -
     redone = [e for e in workers.events()[len(killed_at):] if e["event"] == "start" and e["job"] in unfinished]
     assert unfinished and {e["job"] for e in redone} == unfinished
     assert all(e["delivery_count"] >= 2 for e in redone)
+
+
+@pytest.mark.parametrize("client_id", ["", "jobs-{process}"], ids=["no client_id", "a client_id per process"])
+def test_a_sigkilled_two_process_worker_is_recovered_within_the_redelivery_and_session_timeouts(
+        workers: Workers, dramatiq_session: DramatiqSession, queue_prefix: str, client_id: str) -> None:
+    """``dramatiq --processes 2 --threads 4``, killed with everything it held, a new one started at once: its
+    partitions come back when the group evicts the dead members (the session timeout, which follows the redelivery
+    timeout), its messages when the tracker's deadline passes. With a client_id per process the new processes take
+    the dead ones' places in the group at once, and the tracker frees what they held at once."""
+    redelivery_s, session_s = 10, 10
+    fields = {"redelivery_timeout_ms": str(redelivery_s * 1000)}
+    if client_id:
+        fields["client_id"] = client_id
+    url = session_url(dramatiq_session, queue_prefix, group={}, **fields)  # the broker's own session timeout
+    broker = KmqBroker(url=url)
+    try:
+        # Given a worker with 2 processes of 4 threads in the middle of 120 jobs of 0.5 s, both processes at work
+        # (a process killed while its group join is pending holds partitions for a second session timeout: the
+        # broker's docs say so)
+        first = workers.start(threads=4, processes=2, url=url)
+        send_jobs(broker, 120, seconds=0.5)
+        assert wait_for(lambda: len({e["pid"] for e in workers.events() if e["event"] == "done"}) == 2
+                        and sum(e["event"] == "done" for e in workers.events()) >= 16, timeout_s=90)
+
+        # When it is killed with all its processes, and a new one starts at once
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+        killed = time.monotonic()
+        workers.start(threads=4, processes=2, url=url)
+
+        # Then every job is done within the redelivery timeout (+ the session timeout without client ids) + 10 s
+        bound_s = redelivery_s + (0 if client_id else session_s) + 10
+        assert wait_for(lambda: {e["job"] for e in workers.events() if e["event"] == "done"} == set(range(120)),
+                        timeout_s=bound_s + 60), workers.events()
+        took_s = time.monotonic() - killed
+        print(f"\nall 120 jobs done {took_s:.1f} s after the kill (bound {bound_s} s)")
+        assert took_s <= bound_s
+    finally:
+        broker.close()

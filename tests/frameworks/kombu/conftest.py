@@ -33,7 +33,8 @@ def kombu_config(kafka_bootstrap: str, admin: AdminClient) -> Iterator[Config]:
     base = f"kombu-{uuid.uuid4().hex[:8]}"
     config = Config(bootstrap_servers=kafka_bootstrap, message_topic=f"{base}.messages",
                     marker_topic=f"{base}.markers", redelivery_timeout_ms=5000)
-    Service(config).create_topics(partitions=3, marker_partitions=1)
+    # An even number: two workers own half each (the share test).
+    Service(config).create_topics(partitions=4, marker_partitions=1)
     yield config
     # The transport's process-wide producers go while the session's broker still runs (at exit it is gone, and so
     # is pytest's captured stderr their librdkafka lines would go to).

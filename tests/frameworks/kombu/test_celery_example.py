@@ -12,7 +12,7 @@ import pytest
 
 from kmq import Config
 from kmq.kombu.envelope import HEADER_TASK as TASK_HEADER
-from tests.frameworks.kombu.test_celery_worker import Workers, wait_until
+from tests.frameworks.kombu.test_celery_worker import Workers, stop_tracker, wait_until
 from tests.helpers import ROOT, env_for, tracker_process
 from tests.markers_io import read_topic
 
@@ -45,5 +45,4 @@ def test_the_example_app_runs_its_three_tasks(kombu_config: Config, tmp_path: Pa
         try:
             workers.stop_all()
         finally:
-            tracker.kill()
-            tracker.wait(10)
+            stop_tracker(tracker)

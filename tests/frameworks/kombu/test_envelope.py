@@ -94,3 +94,11 @@ def test_a_bad_transport_option_is_a_config_error_naming_it(options: dict[str, o
     with pytest.raises(ConfigError):
         settings.options_from(options)
         settings.config_from(None, None, options, env={})
+
+
+def test_a_dedup_id_header_deduplicates_a_tasks_first_send_but_never_its_retries() -> None:
+    first = {"body": "", "headers": {"id": "t1", "task": "charge", "dedup_id": "order-991", "retries": 0}}
+    assert envelope.encode(first, NOW).dedup_id == "order-991"
+    retry = {**first, "headers": {**first["headers"], "retries": 1}}  # Celery's Task.retry re-sends the task
+    assert envelope.encode(retry, NOW).dedup_id is None
+    assert envelope.encode({"body": "", "headers": {"id": "t2"}}, NOW).dedup_id is None

@@ -8,6 +8,8 @@ Every class kombu's other transports run is here; what is left out, and why:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from t.integration.common import (  # type: ignore[import-not-found]
     BaseExchangeTypes,
@@ -17,7 +19,21 @@ from t.integration.common import (  # type: ignore[import-not-found]
     BasicFunctionality,
 )
 
+from kmq import Config
+from tests.helpers import tracker_thread
+from tests.markers_io import wait_for
+
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tracker(kombu_config: Config) -> Iterator[None]:
+    """A requeue (``reject(requeue=True)``, ``requeue()``) comes back through a tracker, as a new delivery: within
+    kombu's tests' 5 s get once the tracker holds the markers partition (caught up)."""
+    with tracker_thread(kombu_config) as running:
+        assert wait_for(lambda: bool(running.partitions) and all(p.caught_up for p in running.partitions.values()),
+                        timeout_s=90), "the tracker did not take the markers partition"
+        yield
 
 
 class TestKmqBasicFunctionality(BasicFunctionality):  # type: ignore[misc]

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from kmq.ops import lifecycle
-from kmq.ops.audit.synthetic.simulator import Headers, Outcome
+from kmq.ops.audit.synthetic.outcome import Outcome
+from kmq.ops.audit.synthetic.sink import Headers
 from kmq.wire import MessageId
 
 

@@ -19,6 +19,8 @@ from kmq.wire import vocabulary as v
 #: Outcomes that settle the message at the consumer.
 ACK, GO_ACK, REJECT, FAIL_MAX, EXPIRE, EXPIRE_DROP, PURGE = (
     "ack", "go_ack", "reject", "fail_max", "expire", "expire_drop", "purge")
+#: A duplicate send (its dedup id seen within the window): Ended without a Start, its only step.
+DEDUPLICATE = "deduplicate"
 #: Outcomes after which a tracker acts (``Step.tracker``).
 RELEASE, GIVE_BACK, DELAY, CRASH = "release", "give_back", "delay", "crash"
 #: A tracker's action: copy it (kmq tracker, or a kafka-mq-go tracker: bare End, copy without headers),
@@ -27,12 +29,12 @@ RELEASE, GIVE_BACK, DELAY, CRASH = "release", "give_back", "delay", "crash"
 COPY, GO_COPY, DEAD, TRACKER_PURGE, LOST, LATE, NONE_ALIVE, NONE_OVERDUE = (
     "copy", "go_copy", "dead", "tracker_purge", "lost", "late", "none_alive", "none_overdue")
 
-SETTLING = (ACK, GO_ACK, REJECT, FAIL_MAX, EXPIRE, EXPIRE_DROP, PURGE)
+SETTLING = (ACK, GO_ACK, REJECT, FAIL_MAX, EXPIRE, EXPIRE_DROP, PURGE, DEDUPLICATE)
 TRACKED = (RELEASE, GIVE_BACK, DELAY, CRASH)
 CONTINUING = (COPY, GO_COPY)
 DEAD_LETTERING = (REJECT, FAIL_MAX, EXPIRE, DEAD)
 #: Deliveries no handler can have had.
-UNHANDLED = (GIVE_BACK, DELAY, EXPIRE, EXPIRE_DROP, PURGE)
+UNHANDLED = (GIVE_BACK, DELAY, EXPIRE, EXPIRE_DROP, PURGE, DEDUPLICATE)
 
 #: How an at-most-once queue's consumer (no markers) settles a message it read.
 AMO_ACK, AMO_REJECT, AMO_FAIL, AMO_EXPIRE, AMO_DROP = "amo_ack", "amo_reject", "amo_fail", "amo_expire", "amo_drop"
@@ -126,13 +128,15 @@ def truth(plan: Plan) -> Truth:
         state = v.PURGED
     elif last.outcome in (EXPIRE, EXPIRE_DROP):
         state = v.EXPIRED
+    elif last.outcome == DEDUPLICATE:
+        state = v.DEDUPLICATED
     elif last.outcome in (REJECT, FAIL_MAX) or last.tracker == DEAD:
         state = v.DEAD_LETTERED
     elif last.outcome == GO_ACK:
         state = v.ENDED_BY_GO
     else:
         state = v.VANISHED  # LOST: the tracker Ended it, but its copy is nowhere
-    c[v.REJECTED] += state == v.DEAD_LETTERED and any(s.outcome == REJECT for s in plan.steps)
+    c[v.REJECTED] += sum(s.outcome == REJECT for s in plan.steps)  # events: a redrive undoes none
     return Truth(state, c, acks)
 
 
@@ -144,7 +148,7 @@ _STEP_WEIGHTS: tuple[tuple[float, str, str], ...] = (
     (0.6, GIVE_BACK, COPY), (0.6, DELAY, COPY), (1.0, REJECT, ""), (0.5, FAIL_MAX, ""), (0.5, EXPIRE, ""),
     (0.3, EXPIRE_DROP, ""), (0.3, PURGE, ""), (0.2, RELEASE, TRACKER_PURGE), (0.05, CRASH, LOST),
     (0.3, CRASH, NONE_ALIVE), (0.05, CRASH, NONE_OVERDUE), (0.3, DELAY, NONE_ALIVE), (0.3, RELEASE, NONE_ALIVE),
-    (0.2, RELEASE, LATE),
+    (0.2, RELEASE, LATE), (0.3, DEDUPLICATE, ""),
 )
 _GO_STEP_WEIGHTS = (*_STEP_WEIGHTS, (2.0, GO_ACK, ""), (1.0, CRASH, GO_COPY), (1.0, RELEASE, GO_COPY))
 _AMO_WEIGHTS = ((90.0, AMO_ACK), (3.0, AMO_REJECT), (3.0, AMO_FAIL), (2.0, AMO_EXPIRE), (2.0, AMO_DROP))
@@ -227,6 +231,8 @@ def normalize(plan: Plan) -> Plan:
             outcome = ACK if outcome == GO_ACK else outcome
             tracker = COPY if tracker == GO_COPY else tracker
         if outcome == GO_ACK and not headerless:
+            outcome = ACK
+        if outcome == DEDUPLICATE and steps:  # only an original send is a duplicate: copies are never checked
             outcome = ACK
         if outcome in SETTLING:
             tracker = ""

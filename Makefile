@@ -78,8 +78,8 @@ FAULT_DIR ?= /tmp/kmq-faults
 test-faults: kafka-fetch
 	$(PY) -m pytest tests/faults -p no:cacheprovider -o testpaths=tests/faults -s -m "not soak" --basetemp=$(FAULT_DIR)
 
-# Bursts and idle minutes (~10 min; SOAK_CYCLES=3 for CI's ~5 min): idle CPU per process <= 1% of a core, resident
-# memory flat after warm-up, nothing lost.
+# Bursts and idle minutes (~10 min; SOAK_CYCLES=2 SOAK_BURST=1000 for ~5 min; not in .ci/run): idle CPU per process
+# <= 1% of a core, resident memory flat after warm-up, nothing lost.
 .PHONY: test-soak
 test-soak: kafka-fetch
 	$(PY) -m pytest tests/faults/test_soak.py -p no:cacheprovider -o testpaths=tests/faults -s -m soak --basetemp=$(FAULT_DIR)

@@ -152,6 +152,11 @@ class Config:
     num_offsets_per_commit: int = 1_000
     #: ... or this often.
     tracker_commit_interval_ms: int = 1_000
+    #: A worker or tracker holding no partition this long while its group needs it (markers partitions no tracker
+    #: holds, records waiting for a queue) says so on /readyz and /healthz (503, with the reason).
+    unassigned_unhealthy_ms: int = 30_000
+    #: ... and past this, /livez asks for a restart and a tracker exits with status 1 and one line (0 = never).
+    unassigned_exit_ms: int = 180_000
     #: Serve /metrics and /healthz on this port (worker and tracker; 0 = off), bound to ``metrics_host``.
     metrics_port: int = 0
     #: The metrics endpoint's interface: loopback unless told otherwise ("0.0.0.0" for all).
@@ -235,10 +240,11 @@ class Config:
         for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
                      "max_read_ahead_records", "group_buffer_records",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
-                     "num_offsets_per_commit", "tracker_commit_interval_ms"):
+                     "num_offsets_per_commit", "tracker_commit_interval_ms", "unassigned_unhealthy_ms"):
             _positive(name, getattr(self, name))
-        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port", "dedup_window_ms",
-                     "dedup_clock_skew_ms", "schedule_standby_delay_ms", "schedule_misfire_grace_ms"):
+        for name in ("max_deliveries", "use_now_if_no_marker_seen_ms", "metrics_port", "unassigned_exit_ms",
+                     "dedup_window_ms", "dedup_clock_skew_ms", "schedule_standby_delay_ms",
+                     "schedule_misfire_grace_ms"):
             _non_negative(name, getattr(self, name))
         if self.metrics_port > 65535:
             raise ConfigError("metrics_port", f"{self.metrics_port} is not a TCP port")

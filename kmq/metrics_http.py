@@ -1,5 +1,12 @@
-"""The small HTTP endpoint a worker or tracker serves: /metrics (Prometheus) and /healthz, and the broker probe
-behind /healthz."""
+"""The small HTTP endpoint a worker or tracker serves, and the checks behind it.
+
+- ``/metrics``: Prometheus;
+- ``/readyz`` ("route work to me"; ``/healthz`` is the same answer): 200 ``ok`` or 503 and why not: the broker
+  unreachable, writes unacknowledged, a member holding no partition while its group needs it;
+- ``/livez`` ("restart me" when 503): a loop that stopped turning, a member out of work past the point where a
+  restart is the way back.
+A degraded answer (``DEGRADED``) is a 200 with something to say (under-replicated partitions, no tracker running).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ STALLED_S = 3.0
 TRACKER_CHECK_S = 30.0
 #: A health answer that starts with this is served as 200: working, with something to say (under-replicated).
 DEGRADED = "degraded: "
+#: How often, while a member holds nothing, its group is asked whether it needs it (a round trip each).
+GROUP_CHECK_S = 5.0
 
 
 class Health(Protocol):
@@ -34,7 +43,7 @@ class MetadataClient(Protocol):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
 
 
-class _Cached:
+class Cached:
     """``check()``'s answer, asked again at most every ``every_s`` (a scraper may poll /healthz every second)."""
 
     def __init__(self, check: Callable[[], str | None], every_s: float, monotonic: Callable[[], float]) -> None:
@@ -64,7 +73,7 @@ class BrokerProbe:
         self._client = client
         self._topic = topic
         self._stalled = stalled
-        self._cached = _Cached(self._check, PROBE_CACHE_S, monotonic)
+        self._cached = Cached(self._check, PROBE_CACHE_S, monotonic)
 
     def __call__(self) -> str | None:
         stalled_s = self._stalled() if self._stalled is not None else 0.0
@@ -102,7 +111,7 @@ class TrackerPresence:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._members = members
         self._group = group
-        self._cached = _Cached(self._check, TRACKER_CHECK_S, monotonic)
+        self._cached = Cached(self._check, TRACKER_CHECK_S, monotonic)
 
     def __call__(self) -> str | None:
         return self._cached()
@@ -114,15 +123,60 @@ class TrackerPresence:
                 "workers do not come back until one runs)")
 
 
-def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> ThreadingHTTPServer:
-    """Serves /metrics and /healthz (200 "ok", or 503 and the reason) on ``host:port`` from a daemon thread."""
+class Unassigned:
+    """Unhealthy once a group member has held no partition for ``bound_s`` and ``needed()`` says why the group needs
+    it: None when it does not (a standby: every partition has a member) or cannot say (the broker probe tells that).
+    ``needed`` is a round trip to the group coordinator: give it ``Cached`` (every GROUP_CHECK_S)."""
+
+    def __init__(self, held_nothing_for_s: Callable[[], float], needed: Callable[[], str | None],
+                 bound_s: float) -> None:
+        self._held_nothing_for_s = held_nothing_for_s
+        self._needed = needed
+        self._bound_s = bound_s
+
+    def __call__(self) -> str | None:
+        idle_s = self._held_nothing_for_s()
+        if idle_s < self._bound_s:
+            return None
+        why = self._needed()
+        return None if why is None else f"{why}, for {idle_s:.0f} s"
+
+
+class Pulse:
+    """A loop's heartbeat: ``beat()`` each turn; the check says how long it has stood still once past ``bound_s``."""
+
+    def __init__(self, what: str, bound_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._what = what
+        self._bound_s = bound_s
+        self._monotonic = monotonic
+        self._last = monotonic()
+
+    def beat(self) -> None:
+        self._last = self._monotonic()
+
+    def __call__(self) -> str | None:
+        still_s = self._monotonic() - self._last
+        return None if still_s < self._bound_s else f"{self._what} has not turned for {still_s:.0f} s"
+
+
+def first_problem(*checks: Health) -> str | None:
+    """The first check's answer that is not None (an unhealthy one before a degraded one), else None."""
+    answers = [answer for check in checks if (answer := check()) is not None]
+    return next((a for a in answers if not a.startswith(DEGRADED)), answers[0] if answers else None)
+
+
+def serve(registry: CollectorRegistry, host: str, port: int, health: Health,
+          live: Health | None = None) -> ThreadingHTTPServer:
+    """Serves /metrics, /readyz and /healthz (``health``: 200 "ok", or 503 and the reason) and /livez (``live``, or
+    always ok) on ``host:port`` from a daemon thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
                 body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
-            elif self.path.startswith("/healthz"):
-                problem = health()
+            elif self.path.startswith(("/healthz", "/readyz", "/livez")):
+                check = (live or _always_ok) if self.path.startswith("/livez") else health
+                problem = check()
                 if problem is None or problem.startswith(DEGRADED):
                     body, status = (b"ok\n" if problem is None else f"ok ({problem})\n".encode()), 200
                 else:
@@ -130,11 +184,14 @@ def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> 
                 kind = "text/plain"
             else:
                 body, status, kind = b"not found\n", 404, "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the prober gave up waiting (a check can take its probe's timeout): nothing to tell it
 
         def log_message(self, format: str, *args: object) -> None:
             return
@@ -145,3 +202,7 @@ def serve(registry: CollectorRegistry, host: str, port: int, health: Health) -> 
         raise KmqError(f"cannot serve metrics on {host}:{port}: {err.strerror or err}") from err
     threading.Thread(target=server.serve_forever, name="kmq-metrics", daemon=True).start()
     return server
+
+
+def _always_ok() -> str | None:
+    return None

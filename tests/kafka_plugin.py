@@ -54,10 +54,10 @@ _BROKERS = ExitStack()
 
 
 def _wants_a_broker(config: pytest.Config) -> bool:
-    """Unit-only runs (every path under tests/unit) start no broker, nor do the secured broker's tests (tests/secure
-    start their own)."""
+    """Unit-only runs (every path under tests/unit) start no broker, nor do fault runs (tests/faults starts brokers
+    of its own, listening in network namespaces) or the secured broker's tests (tests/secure start their own)."""
     paths = config.args or list(config.getini("testpaths"))
-    return any(not {"unit", "secure"} & set(Path(str(path)).parts) for path in paths)
+    return any(not {"unit", "faults", "secure"} & set(Path(str(path)).parts) for path in paths)
 
 
 def pytest_configure(config: pytest.Config) -> None:

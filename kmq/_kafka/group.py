@@ -3,7 +3,8 @@
 It subscribes, takes librdkafka's rebalance callbacks (which run inside ``poll``/``consume`` on the owner's loop
 thread), assigns and unassigns per protocol (an eager rebalance hands over the whole assignment, a cooperative one a
 delta), keeps the set of partitions held, and tells its owner in three steps: ``assigned`` (new partitions),
-``revoking`` (still held: the last chance to commit), ``dropped`` (no longer held, or lost). Every step is guarded:
+``revoking`` (still held: the last chance to commit), ``dropped`` (no longer held, or lost), and since when it has
+held nothing (for health checks: a member out of its group, or one the group gives nothing). Every step is guarded:
 an exception escaping a rebalance callback would surface from the owner's poll far from its cause, or end its loop,
 so each is logged (``rebalance_callback_failed``) and the next step still runs. The GroupJoinWatch turns "cannot join
 the group" into a clear fatal error.
@@ -102,7 +103,8 @@ class GroupMembership:
                  on_assigned: Hook | None = None, on_revoking: Hook | None = None,
                  on_dropped: Callable[[list[int], bool], None] | None = None,
                  on_changed: Callable[[], None] | None = None,
-                 logger: structlog.typing.FilteringBoundLogger = log) -> None:
+                 logger: structlog.typing.FilteringBoundLogger = log,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.group = group
         self.eager = eager
         self._join_watch = GroupJoinWatch(group, strategy, join_bound_s)
@@ -115,6 +117,14 @@ class GroupMembership:
         self.assigned: frozenset[int] = frozenset()
         #: Rebalance callbacks seen (assign, revoke and lost alike).
         self.rebalances = 0
+        self._monotonic = monotonic
+        #: Since when (monotonic s) nothing has been held: since the subscription until the first assignment.
+        self._empty_since: float | None = monotonic()
+
+    def held_nothing_for_s(self) -> float:
+        """Seconds this member has held no partition (0 while it holds some)."""
+        since = self._empty_since
+        return 0.0 if since is None else max(0.0, self._monotonic() - since)
 
     def subscribe(self, client: Any, topics: list[str]) -> None:
         self._join_watch.topics = list(topics)
@@ -157,6 +167,10 @@ class GroupMembership:
         self._changed()
 
     def _changed(self) -> None:
+        if self.assigned:
+            self._empty_since = None
+        elif self._empty_since is None:
+            self._empty_since = self._monotonic()
         if self._on_changed is not None:
             self._guard("changed", self._on_changed)
 

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 import structlog
@@ -24,6 +24,8 @@ from kmq.topic_sets import TopicSet
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 WAIT_FOR_BROKER_S = 5.0
+#: How often the watchdog looks at the loop.
+WATCH_EVERY_S = 5.0
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -66,7 +68,7 @@ def run(config: Config, topic_sets: Sequence[str] | None = None) -> int:
     server = None
     if config.metrics_port:  # bound first: a port in use fails at once, before the tracker joins its group
         server = serve(registry_of(metrics), config.metrics_host, config.metrics_port,
-                       lambda: _health(trackers, len(sets)))
+                       lambda: _health(trackers, len(sets)), live=lambda: _liveness(trackers))
     try:
         for topics in sets:
             if not wait_for_topics(config, topics, stop):
@@ -75,8 +77,10 @@ def run(config: Config, topic_sets: Sequence[str] | None = None) -> int:
             trackers.append(RedeliveryTracker(config, topics, metrics=metrics[topics.name]))
         if stop.is_set():
             on_signal(signal.SIGTERM, None)
+        threading.Thread(target=watch_loop, args=(trackers, stop), name="kmq-tracker-watchdog", daemon=True).start()
         _run_all(trackers)
     finally:
+        stop.set()
         for tracker in trackers:
             tracker.stop()
         if server is not None:
@@ -90,6 +94,11 @@ def _health(trackers: list[RedeliveryTracker], expected: int) -> str | None:
         return "starting"
     return next((f"{t.topics.name}: {problem}" if expected > 1 else problem
                  for t in trackers if (problem := t.health()) is not None), None)
+
+
+def _liveness(trackers: list[RedeliveryTracker]) -> str | None:
+    return next((f"{t.topics.name}: {problem}" if len(trackers) > 1 else problem
+                 for t in list(trackers) if (problem := t.liveness()) is not None), None)
 
 
 def _run_all(trackers: list[RedeliveryTracker]) -> None:
@@ -115,6 +124,21 @@ def _run_all(trackers: list[RedeliveryTracker]) -> None:
         thread.join()
     if failures:
         raise failures[0]
+
+
+def watch_loop(trackers: Sequence[RedeliveryTracker], done: threading.Event, every_s: float = WATCH_EVERY_S,
+               exit_process: Callable[[int], object] = os._exit) -> None:
+    """A loop blocked in a call that does not return cannot stop itself: once one of ``trackers`` has not turned
+    for LOOP_STALL_S this thread ends the process with one line, for its supervisor to restart it (the next owner
+    of each markers partition rebuilds from the last commit: nothing is lost, copies not yet Ended may be made
+    again)."""
+    while not done.wait(every_s):
+        stalled = next((problem for t in trackers if (problem := t.stalled()) is not None), None)
+        if stalled is not None:
+            log.error("tracker_fatal", error=f"{stalled}: exiting for a restart")
+            print(f"kmq-redelivery-tracker: error: {stalled}: exiting for a restart", file=sys.stderr, flush=True)
+            exit_process(EXIT_ERROR)
+            return
 
 
 def wait_for_topics(config: Config, topics: TopicSet, stop: threading.Event) -> bool:

@@ -28,7 +28,9 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 class ClockProbes:
     """Sends probes from the tracker's loop; their answers (partition, broker time ms, monotonic time learnt)
-    come back on the producer's thread and are collected by the loop."""
+    come back on the producer's thread and are collected by the loop. At most one probe per partition is on its
+    way: while the partition cannot take it (a broker frozen or cut off) another adds nothing but a record queued
+    for when it can (librdkafka retries the first one), so the next is sent once the first is answered or failed."""
 
     def __init__(self, producer: ProducerClient, topic: str, client_id: str,
                  monotonic: Callable[[], float]) -> None:
@@ -37,15 +39,22 @@ class ClockProbes:
         self._value = encode_clock_probe(client_id)
         self._monotonic = monotonic
         self._answers: deque[tuple[int, int, float]] = deque()
+        #: Partitions with a probe on its way (added on the loop thread, removed on the producer's).
+        self._outstanding: set[int] = set()
 
     def send(self, partition: int) -> None:
+        if partition in self._outstanding:
+            return
+        self._outstanding.add(partition)
         try:
             self._producer.produce(self._topic, self._value, CLOCK_PROBE_KEY, partition=partition,
                                    on_done=lambda err, record: self._answer(partition, err, record))
         except KmqError as err:  # as for a failed delivery: the clock stays on marker time
+            self._outstanding.discard(partition)
             log.warning("clock_probe_failed", partition=partition, error=str(err))
 
     def _answer(self, partition: int, err: KafkaError | None, record: KafkaMessage) -> None:
+        self._outstanding.discard(partition)
         if err is not None:  # the clock keeps running on marker time: late, never early
             log.warning("clock_probe_failed", partition=partition, error=err.str())
             return

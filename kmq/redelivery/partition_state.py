@@ -1,35 +1,32 @@
-"""The in-flight messages of one markers partition, in structures kept in step.
+"""The in-flight messages of one markers partition: the fold of its marker records into three parts kept in step.
 
-- ``in_flight``: message id → InFlight, for Starts that carry their payload (kafka-mq-go's, kmq's copies), with
-  ``deadlines``: message id → deadline ms for those waiting on it, and a heap of (deadline, id) whose stale entries
-  (a keep-alive moved the deadline) are skipped when they surface;
-- ``refs``: the Starts by reference (kmq.redelivery.ref_store), a few tens of bytes each;
-- the marker offsets holding in-flight Starts of either kind, counted per offset (a kmq batch record holds many
-  Starts) with a heap of offsets: the smallest one still counted is the offset to commit.
+- ``copies`` (kmq.redelivery.copy_store): the Starts that carry their payload (kafka-mq-go's, kmq's copies), with
+  their deadlines;
+- ``refs`` (kmq.redelivery.ref_store): the Starts by reference, a few tens of bytes each;
+- ``pins`` (kmq.redelivery.offset_pins): the marker offsets holding in-flight Starts of either kind: the smallest is
+  the offset to commit.
 
-A partition may hold all three kinds at once (a deployment upgraded while messages were in flight). Lifecycle of a
-message: Start enters; KeepAlive moves its deadline; ``take_expired`` takes it (it is being redelivered: still in
+A partition may hold both kinds of Start at once (a deployment upgraded while messages were in flight). Lifecycle of
+a message: Start enters; KeepAlive moves its deadline; ``take_expired`` takes it (it is being redelivered: still in
 flight, still pinning the committed offset); End removes it. Pure: no Kafka, no clock of its own.
 """
 
 from __future__ import annotations
 
-import heapq
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kmq.errors import MarkerDecodeError
+from kmq.redelivery.copy_store import CopyStore
 from kmq.redelivery.in_flight import InFlight
+from kmq.redelivery.offset_pins import OffsetPins
 from kmq.redelivery.ref_store import OFFSET_LIMIT, RefStore, pack, packed_ids, unpack
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 from kmq.wire.marker_batch import DecodedBatch
 from kmq.wire.markers import Headers, Marker, MarkerType, parse_with_id
 from kmq.wire.start_refs import RefStarts
-
-#: Stale heap entries tolerated per live deadline before the heap is rebuilt.
-COMPACT_FACTOR = 2
 
 _END, _KEEPALIVE = int(MarkerType.END), int(MarkerType.KEEPALIVE)
 
@@ -39,25 +36,29 @@ StartEntry = tuple[MessageId, bytes, Headers, int, MessageId | None, int]
 
 @dataclass(slots=True)
 class PartitionState:
-    """In-flight messages of one markers partition. See the module docstring for the lifecycle."""
+    """In-flight messages of one markers partition. See the module docstring for the parts and the lifecycle."""
 
     partition: int
-    in_flight: dict[MessageId, InFlight] = field(default_factory=dict)
-    deadlines: dict[MessageId, int] = field(default_factory=dict)
     #: Next offset to read: what to commit when nothing is in flight.
     next_offset: int = 0
     stats: Counter[str] = field(default_factory=Counter)
+    copies: CopyStore = field(default_factory=CopyStore)
+    pins: OffsetPins = field(default_factory=OffsetPins)
     refs: RefStore = field(init=False)
     _refs_held: Mapping[int, object] = field(init=False)
-    _deadline_heap: list[tuple[int, MessageId]] = field(default_factory=list)
-    _starts_at: dict[int, int] = field(default_factory=dict)
-    _offset_heap: list[int] = field(default_factory=list)
     _holders: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.refs = RefStore(self._count_starts, self._count_end)
+        self.refs = RefStore(self.pins.add, self.pins.remove)
         #: The RefStore's id table: truthy while any Start by reference is held (a C-level test on the hot path).
         self._refs_held = self.refs.ids
+
+    @property
+    def in_flight(self) -> dict[MessageId, InFlight]:
+        """The Starts with a payload, by id (those by reference are in ``refs``)."""
+        return self.copies.in_flight
+
+    # --- folding records ---------------------------------------------------------------------------------------
 
     def apply(self, offset: int, timestamp_ms: int, marker: Marker) -> None:
         """Folds one marker (from the record at ``offset`` with log time ``timestamp_ms``) into the state."""
@@ -79,36 +80,30 @@ class PartitionState:
         msg, kind, mid = parse_with_id(data)
         if offset >= self.next_offset:
             self.next_offset = offset + 1
-        in_flight = self.in_flight
         if kind == _END:
             if self._refs_held:
                 self.end((mid,))
                 return
-            known = in_flight.pop(mid, None)
+            known = self.copies.end(mid)
             if known is None:
                 self.stats["unknown_end"] += 1
             else:
-                self.deadlines.pop(mid, None)
-                self._count_end(known.marker_offset)
+                self.pins.remove(known.marker_offset)
         elif kind == _KEEPALIVE:
             self.keep_alive(timestamp_ms + msg.redeliver_after_ms, (mid,), returned=msg.reason in UNCOUNTED_REASONS)
         else:
             deadline = timestamp_ms + msg.redeliver_after_ms
-            if mid in in_flight:
-                self._restart(mid, deadline)
+            if mid in self.copies.in_flight:
+                self.stats[self.copies.restart(mid, deadline)] += 1
             elif self._refs_held and pack(mid) in self.refs:
                 self.stats[self.refs.refresh(pack(mid), deadline)] += 1
             else:
                 first = msg.first_message_id if msg.HasField("first_message_id") else None
-                in_flight[mid] = InFlight(
+                self.copies.add(InFlight(
                     mid, msg.key, msg.value, tuple((h.key, h.value) for h in msg.headers) if msg.headers else (),
                     msg.delivery_count, None if first is None else MessageId(first.partition, first.offset),
-                    msg.enqueued_at_ms, offset, timestamp_ms, deadline)
-                self._set_deadline(mid, deadline)
-                if offset in self._starts_at:
-                    self._starts_at[offset] += 1
-                else:
-                    self._count_starts(offset, 1)
+                    msg.enqueued_at_ms, offset, timestamp_ms, deadline))
+                self.pins.add(offset, 1)
 
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:
         """Folds one kmq batch record, entry by entry, in the order its markers apply."""
@@ -135,20 +130,20 @@ class PartitionState:
         known one."""
         self.next_offset = max(self.next_offset, offset + 1)
         deadline = timestamp_ms + redeliver_after_ms
-        in_flight = self.in_flight
+        copies = self.copies
+        in_flight = copies.in_flight
         added = 0
         for message_id, value, headers, count, first, enqueued in entries:
             if message_id in in_flight:
-                self._restart(message_id, deadline)
+                self.stats[copies.restart(message_id, deadline)] += 1
             elif self._refs_held and pack(message_id) in self.refs:
                 self.stats[self.refs.refresh(pack(message_id), deadline)] += 1
             else:
-                in_flight[message_id] = InFlight(message_id, key, value, headers, count, first, enqueued,
-                                                 offset, timestamp_ms, deadline, holder=holder)
-                self._set_deadline(message_id, deadline)
+                copies.add(InFlight(message_id, key, value, headers, count, first, enqueued, offset, timestamp_ms,
+                                    deadline, holder=holder))
                 added += 1
         if added:
-            self._count_starts(offset, added)
+            self.pins.add(offset, added)
 
     def start_refs(self, offset: int, timestamp_ms: int, key: bytes, redeliver_after_ms: int, refs: RefStarts,
                    holder: tuple[str, str] | None = None) -> None:
@@ -159,7 +154,7 @@ class PartitionState:
         deadline = timestamp_ms + redeliver_after_ms
         packed = packed_ids(refs.partitions(), refs.offsets)
         enqueued, extras = refs.enqueued_at_ms, refs.extras
-        if self.in_flight or self.refs.knows_any(packed):
+        if self.copies.in_flight or self.refs.knows_any(packed):
             fresh = self._new_refs(packed, deadline)
             packed, enqueued = [packed[i] for i in fresh], [enqueued[i] for i in fresh]
             extras = {new: extras[old] for new, old in enumerate(fresh) if old in extras}
@@ -171,32 +166,11 @@ class PartitionState:
         for i, pid in enumerate(packed):
             if pid in self.refs:
                 self.stats[self.refs.refresh(pid, deadline)] += 1
-            elif unpack(pid) in self.in_flight:
-                self._restart(unpack(pid), deadline)
+            elif unpack(pid) in self.copies.in_flight:
+                self.stats[self.copies.restart(unpack(pid), deadline)] += 1
             else:
                 fresh.append(i)
         return fresh
-
-    def _restart(self, message_id: MessageId, deadline: int) -> None:
-        if message_id in self.deadlines:
-            # A consumer re-read the record after a failed commit: a fresh deadline, the first Start's payload.
-            self.in_flight[message_id].deadline_ms = deadline
-            self._set_deadline(message_id, deadline)
-            self.stats["duplicate_start"] += 1
-        else:
-            self.stats["start_while_redelivering"] += 1
-
-    def _count_starts(self, offset: int, added: int) -> None:
-        if offset not in self._starts_at:
-            heapq.heappush(self._offset_heap, offset)
-        self._starts_at[offset] = self._starts_at.get(offset, 0) + added
-
-    def _count_end(self, offset: int) -> None:
-        left = self._starts_at[offset] - 1
-        if left:
-            self._starts_at[offset] = left
-        else:
-            del self._starts_at[offset]
 
     # --- keep-alives and Ends -----------------------------------------------------------------------------------
 
@@ -209,16 +183,11 @@ class PartitionState:
         self._keep_alive_copies(deadline_ms, message_ids, returned)
 
     def _keep_alive_copies(self, deadline_ms: int, message_ids: Iterable[MessageId], returned: bool) -> None:
-        for message_id in message_ids:
-            known = self.in_flight.get(message_id)
-            if known is None:
-                self.stats["unknown_keepalive"] += 1
-            elif message_id not in self.deadlines:
-                self.stats["keepalive_while_redelivering"] += 1
-            else:
-                known.returned = returned
-                known.deadline_ms = deadline_ms
-                self._set_deadline(message_id, deadline_ms)
+        unknown, redelivering = self.copies.keep_alive(deadline_ms, message_ids, returned)
+        if unknown:
+            self.stats["unknown_keepalive"] += unknown
+        if redelivering:
+            self.stats["keepalive_while_redelivering"] += redelivering
 
     def _keep_alive_columns(self, deadline_ms: int, partitions: list[int], offsets: list[int]) -> None:
         if not partitions:
@@ -246,46 +215,27 @@ class PartitionState:
             self._end_copies(map(MessageId, partitions, offsets))
 
     def _end_copies(self, message_ids: Iterable[MessageId]) -> None:
+        end, unpin = self.copies.end, self.pins.remove
         for message_id in message_ids:
-            known = self.in_flight.pop(message_id, None)
+            known = end(message_id)
             if known is None:
                 self.stats["unknown_end"] += 1
-                continue
-            self.deadlines.pop(message_id, None)
-            self._count_end(known.marker_offset)
+            else:
+                unpin(known.marker_offset)
 
     def takeover(self, client_id: str, instance_id: str, timestamp_ms: int) -> int:
         """A consumer with a stable ``client_id`` restarted as ``instance_id``: what its earlier instances hold is due
         now (a crash: each counts as a delivery). Rare (one per restart), so a scan; returns how many."""
         taken = self.refs.take_over(client_id, instance_id, timestamp_ms)
-        for message_id, item in self.in_flight.items():
-            holder = item.holder
-            if holder is not None and holder[0] == client_id and holder[1] != instance_id \
-                    and message_id in self.deadlines and item.deadline_ms > timestamp_ms:
-                item.deadline_ms = timestamp_ms
-                self._set_deadline(message_id, timestamp_ms)
-                taken += 1
+        taken += self.copies.take_over(client_id, instance_id, timestamp_ms)
         self.stats["taken_over"] += taken
         return taken
 
-    # --- deadlines ----------------------------------------------------------------------------------------------
-
-    def _set_deadline(self, message_id: MessageId, deadline_ms: int) -> None:
-        self.deadlines[message_id] = deadline_ms
-        heapq.heappush(self._deadline_heap, (deadline_ms, message_id))
-        if len(self._deadline_heap) > COMPACT_FACTOR * len(self.deadlines) + 1000:
-            self._deadline_heap = [(d, m) for m, d in self.deadlines.items()]
-            heapq.heapify(self._deadline_heap)
+    # --- deadlines and offsets ------------------------------------------------------------------------------------
 
     def take_expired(self, now_ms: int) -> list[InFlight]:
         """Removes and returns, in deadline order, every message whose deadline is strictly before ``now_ms``."""
-        expired: list[InFlight] = []
-        heap, deadlines = self._deadline_heap, self.deadlines
-        while heap and heap[0][0] < now_ms:
-            deadline, message_id = heapq.heappop(heap)
-            if deadlines.get(message_id) == deadline:  # else stale: moved, ended or already taken
-                del deadlines[message_id]
-                expired.append(self.in_flight[message_id])
+        expired = self.copies.take_expired(now_ms)
         if self._refs_held:
             expired += self.refs.take_expired(now_ms)
             expired.sort(key=_deadline)
@@ -293,29 +243,30 @@ class PartitionState:
 
     def next_deadline_ms(self) -> int | None:
         """The earliest deadline waiting, or None; possibly one since moved or ended (which only wakes the tracker
-        early for nothing)."""
-        ours = self._deadline_heap[0][0] if self._deadline_heap else None
+        early for nothing: ``take_expired`` past it drops it)."""
+        ours = self.copies.next_deadline_ms()
         refs = self.refs.next_deadline_ms()
         return refs if ours is None else ours if refs is None else min(ours, refs)
 
     def commit_offset(self) -> int:
         """The offset a restarted reader must start from to rebuild this state: the oldest in-flight Start."""
-        heap = self._offset_heap
-        while heap and heap[0] not in self._starts_at:
-            heapq.heappop(heap)
-        return heap[0] if heap else self.next_offset
+        oldest = self.pins.oldest()
+        return self.next_offset if oldest is None else oldest
+
+    # --- figures ------------------------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.in_flight) + len(self.refs)
+        return len(self.copies) + len(self.refs)
 
     def message_ids(self, *, waiting: bool = False) -> set[MessageId]:
         """Every message in flight, of either kind of Start; with ``waiting``, only those not being redelivered."""
-        return self.refs.message_ids(waiting=waiting) | set(self.deadlines if waiting else self.in_flight)
+        copies = self.copies.deadlines if waiting else self.copies.in_flight
+        return self.refs.message_ids(waiting=waiting) | set(copies)
 
     def per_queue(self) -> dict[str, tuple[int, int]]:
         """Queue → (in flight, oldest Start timestamp ms)."""
         out: dict[str, tuple[int, int]] = {}
-        for item in self.in_flight.values():
+        for item in self.copies.in_flight.values():
             count, oldest = out.get(item.queue, (0, sys.maxsize))
             out[item.queue] = (count + 1, min(oldest, item.start_timestamp_ms))
         self.refs.per_queue(out)

@@ -154,6 +154,10 @@ class RefStore:
             if not batch.live:
                 del self._batches[batch.order]
             self._on_ended(batch.marker_offset)
+        if not where:
+            # PartitionState drains this heap only while a Start by reference is held: stale entries left now would
+            # be a deadline next_deadline_ms() reports for ever and take_expired() never pops (a tracker spinning).
+            self._heap.clear()
         return unknown
 
     def take_expired(self, now_ms: int) -> list[InFlight]:

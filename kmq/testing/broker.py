@@ -72,17 +72,24 @@ def port_in_use(port: int) -> bool:
 
 
 def server_properties(port: int, controller_port: int, data_dir: Path,
-                      overrides: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The broker+controller config of one KRaft node on 127.0.0.1, tuned for one machine's tests."""
+                      overrides: Mapping[str, str] | None = None, *, host: str = "127.0.0.1",
+                      extra_listeners: Mapping[str, tuple[str, int]] | None = None) -> dict[str, str]:
+    """The broker+controller config of one KRaft node on ``host`` (127.0.0.1), tuned for one machine's tests.
+    ``extra_listeners``: name → (address, port) of more client listeners, each advertising its own address (a
+    client in a network namespace reaches the broker there: kmq.testing.faults)."""
+    extra = dict(extra_listeners or {})
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+        "listeners": ",".join([f"PLAINTEXT://{host}:{port}", f"CONTROLLER://{host}:{controller_port}",
+                               *(f"{name}://{a}:{p}" for name, (a, p) in extra.items())]),
+        "advertised.listeners": ",".join([f"PLAINTEXT://{host}:{port}",
+                                          *(f"{name}://{a}:{p}" for name, (a, p) in extra.items())]),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": ",".join(["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT",
+                                                    *(f"{name}:PLAINTEXT" for name in extra)]),
         "log.dirs": str(data_dir),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -167,6 +174,8 @@ class LocalKafka:
     detached: bool = False
     overrides: dict[str, str] = field(default_factory=dict)
     work_dir: Path | None = None
+    #: More client listeners: name → (address, port), each advertising its own address (see server_properties).
+    extra_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: SASL_SSL (SCRAM-SHA-512) for clients, TLS between the node's own listeners, and the StandardAuthorizer.
     secure: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -204,7 +213,8 @@ class LocalKafka:
         if self.secure:
             self.security = Security.create(self.work_dir / "security")
             secured = self.security.server_properties(self.port, free_port(), controller_port)
-        props = server_properties(self.port, controller_port, self.work_dir / "data", {**secured, **self.overrides})
+        props = server_properties(self.port, controller_port, self.work_dir / "data", {**secured, **self.overrides},
+                                  extra_listeners=self.extra_listeners)
         props_file.write_text(render_properties(props))
         log4j = self.work_dir / "log4j2.properties"
         log4j.write_text(log4j2_properties(self.log_file))

@@ -62,11 +62,11 @@ FAILOVER_SETTINGS = {
 
 
 def node_properties(node_id: int, port: int, controller_port: int, voters: str, data_dir: Path, size: int,
-                    overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+                    overrides: Mapping[str, str] | None = None, host: str = "127.0.0.1") -> dict[str, str]:
     """One combined node of a ``size``-node cluster: replicated like production (RF 3, min ISR 2 from 3 nodes)."""
     rf = str(min(3, size))
     min_isr = str(max(1, min(3, size) - 1))
-    props = server_properties(port, controller_port, data_dir)
+    props = server_properties(port, controller_port, data_dir, host=host)
     del props["controller.quorum.bootstrap.servers"]  # a static quorum: the voters are named, not discovered
     props.update({
         "node.id": str(node_id),
@@ -97,6 +97,10 @@ class LocalCluster:
     detached: bool = False
     overrides: dict[str, str] = field(default_factory=dict)
     work_dir: Path | None = None
+    #: Node id → the address it listens on and advertises (default 127.0.0.1), and the command prefix that starts
+    #: it (``ip netns exec NS``: a node in a network namespace, for partitions; kmq.testing.faults).
+    hosts: dict[int, str] = field(default_factory=dict)
+    launch_prefix: dict[int, list[str]] = field(default_factory=dict)
     #: SASL_SSL (SCRAM-SHA-512) for clients, TLS between the nodes, the StandardAuthorizer (kmq.testing.security).
     secure: bool = False
     nodes: list[ClusterNode] = field(default_factory=list, init=False)
@@ -126,7 +130,7 @@ class LocalCluster:
         started = time.monotonic()
         self.work_dir = self.work_dir or Path(tempfile.mkdtemp(prefix="kmq-cluster-"))
         ports = [(free_port(), free_port()) for _ in range(self.size)]
-        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_p, c) in enumerate(ports, start=1))
+        voters = ",".join(f"{i}@{self.hosts.get(i, '127.0.0.1')}:{c}" for i, (_p, c) in enumerate(ports, start=1))
         cluster_id = new_cluster_id()
         if self.secure:
             if self.detached:
@@ -137,15 +141,16 @@ class LocalCluster:
             node_dir = self.work_dir / f"node-{node_id}"
             node_dir.mkdir(parents=True, exist_ok=True)
             props_file = node_dir / "server.properties"
+            host = self.hosts.get(node_id, "127.0.0.1")
             secured = self.security.server_properties(port, free_port(), ctrl) if self.security else {}
             props_file.write_text(render_properties(node_properties(
-                node_id, port, ctrl, voters, node_dir / "data", self.size, {**secured, **self.overrides})))
+                node_id, port, ctrl, voters, node_dir / "data", self.size, {**secured, **self.overrides}, host)))
             log4j = node_dir / "log4j2.properties"
             log4j.write_text(log4j2_properties(node_dir / "broker.log"))
             jvm = jvm_command(java, self.heap, log4j, libs)
             formats.append((jvm, props_file))
-            self.nodes.append(ClusterNode(node_id, port, ctrl, node_dir, [*jvm, "kafka.Kafka", str(props_file)],
-                                          self.detached))
+            command = [*self.launch_prefix.get(node_id, []), *jvm, "kafka.Kafka", str(props_file)]
+            self.nodes.append(ClusterNode(node_id, port, ctrl, node_dir, command, self.detached, host=host))
         _format_all(formats, cluster_id, self.security)
         try:
             for node in self.nodes:
@@ -237,13 +242,15 @@ class LocalCluster:
     def to_state(self) -> dict[str, Any]:
         return {"bootstrap": self.bootstrap_servers, "dir": str(self.work_dir), "version": self.version,
                 "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
-                           "work_dir": str(n.work_dir), "command": n.command, "pid": n.pid} for n in self.nodes]}
+                           "work_dir": str(n.work_dir), "command": n.command, "pid": n.pid, "host": n.host}
+                          for n in self.nodes]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> LocalCluster:
         cluster = cls(size=len(state["nodes"]), detached=True, work_dir=Path(state["dir"]), version=state["version"])
         cluster.nodes = [ClusterNode(int(n["node_id"]), int(n["port"]), int(n["controller_port"]), Path(n["work_dir"]),
-                                     list(n["command"]), True, n["pid"]) for n in state["nodes"]]
+                                     list(n["command"]), True, n["pid"], host=n.get("host", "127.0.0.1"))
+                         for n in state["nodes"]]
         return cluster
 
 

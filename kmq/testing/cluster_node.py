@@ -26,10 +26,12 @@ class ClusterNode:
     detached: bool = False
     pid: int | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: The address it listens on and advertises.
+    host: str = "127.0.0.1"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -56,7 +58,7 @@ class ClusterNode:
     def launch(self) -> None:
         if self.alive:
             raise BrokerError(f"node {self.node_id} is already running (pid {self.pid})")
-        if _listening(self.port):
+        if _listening(self.host, self.port):
             raise BrokerError(f"cannot start node {self.node_id}: port {self.port} is taken by another process")
         log = self.work_dir / "stdout.log"
         if self.detached:
@@ -100,9 +102,9 @@ class ClusterNode:
         return "\n".join(texts[-lines:]) or "(no log)"
 
 
-def _listening(port: int) -> bool:
+def _listening(host: str, port: int) -> bool:
     """Something accepts connections on the port (a bind test would also fail on a killed node's TIME_WAIT
     connections, which Kafka's own SO_REUSEADDR listener ignores)."""
     with socket.socket() as sock:
         sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0

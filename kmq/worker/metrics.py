@@ -10,7 +10,7 @@ prometheus_client's counters.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -80,6 +80,8 @@ class WorkerMetrics:
                                    ["queue"], registry=r)
         self.in_flight = Gauge("kmq_worker_in_flight", "Messages read and not settled (buffered or running)",
                                ["queue"], registry=r)
+        #: Queue → its consumer's count of late acks (read at scrape time).
+        self.late_acks: dict[str, Callable[[], int]] = {}
         r.register(_RunCollector(self))
 
 
@@ -109,7 +111,12 @@ class _RunCollector(Collector):
             running.add_metric([queue], sum(1 for slot in slots if slot.queue == queue))
             durations.add_metric([queue], _buckets(DURATION_BUCKETS, duration_counts), duration_sum)
             waits.add_metric([queue], _buckets(WAIT_BUCKETS, wait_counts), wait_sum)
-        yield from (runs, running, durations, waits)
+        late = CounterMetricFamily(
+            "kmq_late_acks", "Acks made after the message's redelivery deadline (the worker was frozen or cut off "
+            "from Kafka while the handler ran): the tracker may have delivered it again", labels=["queue"])
+        for queue, count in list(self._metrics.late_acks.items()):
+            late.add_metric([queue], count())
+        yield from (runs, running, durations, waits, late)
 
 
 def _summed(histograms: list[Histogram], size: int) -> tuple[list[int], float]:

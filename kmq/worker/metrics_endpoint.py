@@ -1,14 +1,18 @@
-"""MetricsEndpoint: a worker's /metrics and /healthz, bound before the worker talks to the broker."""
+"""MetricsEndpoint: a worker's /metrics, /readyz (/healthz) and /livez, bound before the worker talks to the
+broker."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from http.server import ThreadingHTTPServer
 
+from kmq._kafka.group_view import KafkaGroupAdmin
 from kmq._kafka.offsets import group_members
 from kmq.config import Config
-from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, Health, TrackerPresence, serve
+from kmq.metrics_http import PROBE_TIMEOUT_S, BrokerProbe, Health, TrackerPresence, first_problem, serve
+from kmq.worker.health import WorkerHealth
 from kmq.worker.metrics import WorkerMetrics
 from kmq.worker.queue_consumers import QueueConsumers
 
@@ -27,8 +31,11 @@ class MetricsEndpoint:
 
     def bind(self) -> None:
         if self._server is None and self._config.metrics_port:
+            unassigned = WorkerHealth(self._config, lambda: self._consumers.consumers,
+                                      KafkaGroupAdmin(self._config), time.monotonic)
             self._server = serve(self._metrics.registry, self._config.metrics_host, self._config.metrics_port,
-                                 self._health_check())
+                                 self._health_check(unassigned),
+                                 live=lambda: unassigned.live() if self._consumers.consumers else None)
 
     def close(self) -> None:
         server, self._server = self._server, None
@@ -36,9 +43,9 @@ class MetricsEndpoint:
             server.shutdown()
             server.server_close()
 
-    def _health_check(self) -> Health:
-        """Healthy while the consumers work, the broker answers and (unless every queue is at most once) a tracker
-        runs; the reason otherwise."""
+    def _health_check(self, unassigned: WorkerHealth) -> Health:
+        """Healthy while the consumers work, the broker answers, each queue with records waiting has a partition
+        here (``unassigned``) and (unless every queue is at most once) a tracker runs; the reason otherwise."""
         probes: list[BrokerProbe] = []
         config = self._config
         # At-most-once queues need no tracker (nothing of theirs is ever redelivered); the others, their set's.
@@ -56,7 +63,7 @@ class MetricsEndpoint:
                 probes.append(BrokerProbe(consumers[0].metadata_client, consumers[0].topics.markers,
                                           stalled=lambda: max(c.writes_stalled_s() for c in consumers)))
             failed = next((c.failure for c in self._consumers.consumers if c.failure), None)
-            return failed or probes[0]() or next((p for p in (t() for t in trackers) if p), None)
+            return failed or first_problem(probes[0], unassigned.ready, *trackers)
 
         return health
 

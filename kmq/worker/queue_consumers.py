@@ -49,6 +49,7 @@ class QueueConsumers:
                 self.windows[queue] = PrefetchWindow(self._concurrency, self._config.max_in_flight,
                                                      _limit_setter(mine))
                 self._metrics.in_flight.labels(queue).set_function(_in_flight_of(mine))
+                self._metrics.late_acks[queue] = _late_acks_of(mine)
         except BaseException:
             for consumer in opened:
                 consumer.close(close_timeout_s)
@@ -95,6 +96,10 @@ class QueueConsumers:
 
 def _in_flight_of(consumers: list[Consumer]) -> Callable[[], float]:
     return lambda: sum(c.in_flight for c in consumers)
+
+
+def _late_acks_of(consumers: list[Consumer]) -> Callable[[], int]:
+    return lambda: sum(c.late_acks for c in consumers)
 
 
 def _limit_setter(consumers: list[Consumer]) -> Callable[[int], None]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
@@ -52,6 +53,8 @@ class FakeGroupClient:
     failing: dict[str, int] = field(default_factory=dict)
     hang_on_close: bool = False
     closed: bool = False
+    #: The member id the group coordinator gave this member (None: not in the group).
+    member_id: str | None = "member-1"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- scripting ---------------------------------------------------------------------------------------
@@ -150,6 +153,9 @@ class FakeGroupClient:
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         return _metadata(topic or self.topic, self.partitions)
+
+    def memberid(self) -> str | None:
+        return self.member_id
 
     def close(self) -> None:
         self.closed = True
@@ -354,3 +360,16 @@ def receive(consumer: Any, n: int, timeout_s: float = 5.0) -> list[Any]:
     while len(got) < n and time.monotonic() < deadline:
         got += consumer.receive_many(n - len(got), timeout=0.1)
     return got
+
+
+@contextmanager
+def running(tracker: Any) -> Iterator[Any]:
+    """A RedeliveryTracker's ``run()`` on a thread for the body of the ``with``; stopped (and joined) after it."""
+    thread = threading.Thread(target=tracker.run, daemon=True)
+    thread.start()
+    try:
+        yield tracker
+    finally:
+        tracker.stop()
+        thread.join(10)
+        assert not thread.is_alive(), "the tracker did not stop"

@@ -60,3 +60,33 @@ def test_a_failed_or_create_time_probe_gives_no_answer_and_a_failed_one_says_so(
             probes.send(0)
             assert probes.answers() == []
     assert [entry["event"] for entry in logs] == ["clock_probe_failed", "clock_probe_failed"]
+
+
+class SilentProducer(FakeProducer):
+    """Keeps each delivery callback until ``answer_all`` (a broker that cannot take the records yet)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks: list[Any] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: Any = None, on_done: Any = None,
+                partition: int | None = None) -> None:
+        self.sent.append((topic, value, key, partition))
+        self.callbacks.append(on_done)
+
+    def answer_all(self, err: Any, record: Any) -> None:
+        callbacks, self.callbacks = self.callbacks, []
+        for done in callbacks:
+            done(err, record)
+
+
+def test_one_probe_per_partition_is_on_its_way_however_often_the_loop_asks() -> None:
+    producer = SilentProducer()
+    probes = ClockProbes(producer, "m.markers", "tracker-1", lambda: 1.0)  # type: ignore[arg-type]
+    for _ in range(5):  # a partition that cannot take records: the loop asks again every second
+        probes.send(0)
+    probes.send(1)
+    assert [p for *_rest, p in producer.sent] == [0, 1]
+    producer.answer_all(_Error(), None)  # failed (or answered): the next one may go
+    probes.send(0)
+    assert [p for *_rest, p in producer.sent] == [0, 1, 0]

@@ -127,3 +127,23 @@ def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make)
     assert not consumer.fetch_paused and group.paused == {1}
     group.rebalance("assign", [1])
     assert wait_for(lambda: consumer.assignment == {0, 1} and group.paused == set())
+
+
+def test_an_ack_after_the_redelivery_deadline_counts_as_late_and_one_in_time_does_not(make: Make) -> None:
+    # Given two messages Started (their deadline, 400 ms after the Start landed, known to the consumer)
+    consumer, clients = make(redelivery_timeout_ms=400)
+    clients.group.rebalance("assign", [0])
+    clients.group.feed([Record("m", 0, 0, value_=b"on time"), Record("m", 0, 1, value_=b"zombie")])
+    on_time, zombie = sorted(receive(consumer, 2), key=lambda m: m.payload)
+    on_time.ack()
+    assert consumer.late_acks == 0
+    # When the broker stops acknowledging the keep-alives meant to move the deadline (a cut-off worker) and the
+    # handler ends only after it
+    for producer in clients.producers:
+        producer.broker_gone = True
+    time.sleep(0.6)
+    with capture_logs() as logs:
+        zombie.ack()
+    # Then the ack is counted late: the tracker may have delivered the message again meanwhile
+    assert consumer.late_acks == 1
+    assert [e["total"] for e in logs if e["event"] == "late_acks"] == [1]

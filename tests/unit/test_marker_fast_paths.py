@@ -60,6 +60,7 @@ def test_the_trackers_per_record_fast_path_folds_like_decoding_each_marker(seq: 
     for offset, marker in enumerate(seq):
         fast.apply_plain(offset, offset * 50, encode(marker))
         slow.apply(offset, offset * 50, decode(encode(marker)))
-    assert fast.in_flight == slow.in_flight and fast.deadlines == slow.deadlines and fast.stats == slow.stats
+    assert fast.in_flight == slow.in_flight and fast.copies.deadlines == slow.copies.deadlines
+    assert fast.stats == slow.stats
     assert (fast.commit_offset(), fast.next_offset) == (slow.commit_offset(), slow.next_offset)
     assert fast.take_expired(now_ms) == slow.take_expired(now_ms)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 
-from kmq.metrics_http import BrokerProbe, TrackerPresence, serve
+from kmq.metrics_http import BrokerProbe, Pulse, TrackerPresence, Unassigned, first_problem, serve
 from tests.helpers import free_port
 
 
@@ -107,3 +107,54 @@ def test_without_a_tracker_health_is_degraded_and_the_group_is_asked_at_most_eve
     answers[0] = None  # type: ignore[list-item]  # the broker cannot say: not reported as missing
     now[0] = 60.0
     assert presence() is None and asked == [0.0, 30.0, 60.0]
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_readyz_says_route_work_here_and_livez_says_restart_me_each_from_its_own_check() -> None:
+    ready: list[str | None] = ["holds no markers partition while [0] of 'm' have no tracker, for 31 s"]
+    live: list[str | None] = [None]
+    port = free_port()
+    server = serve(CollectorRegistry(), "127.0.0.1", port, lambda: ready[0], live=lambda: live[0])
+    try:
+        assert _get(port, "/readyz") == (503, b"unhealthy: " + ready[0].encode() + b"\n")  # type: ignore[union-attr]
+        assert _get(port, "/healthz")[0] == 503, "/healthz answers as /readyz"
+        assert _get(port, "/livez") == (200, b"ok\n"), "not ready is not a reason to restart"
+        live[0] = "the tracker's loop has not turned for 121 s"
+        assert _get(port, "/livez") == (503, b"unhealthy: the tracker's loop has not turned for 121 s\n")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_member_holding_nothing_is_unhealthy_only_past_its_bound_and_only_if_its_group_needs_it() -> None:
+    idle, needed = [10.0], ["out of group 'g' while markers partitions [1] have no tracker"]
+    check = Unassigned(lambda: idle[0], lambda: needed[0], bound_s=30.0)
+    assert check() is None, "within the bound: a rebalance takes time"
+    idle[0] = 31.4
+    assert check() == "out of group 'g' while markers partitions [1] have no tracker, for 31 s"
+    needed[0] = None  # type: ignore[call-overload]  # a standby: every partition has a member
+    assert check() is None
+
+
+def test_a_loop_that_stops_turning_is_reported_past_its_bound() -> None:
+    now = [0.0]
+    pulse = Pulse("the loop", 120.0, lambda: now[0])
+    now[0] = 119.0
+    assert pulse() is None
+    now[0] = 125.0
+    assert pulse() == "the loop has not turned for 125 s"
+    pulse.beat()
+    assert pulse() is None
+
+
+def test_the_first_unhealthy_answer_wins_over_a_degraded_one() -> None:
+    assert first_problem(lambda: "degraded: short", lambda: "broker unreachable") == "broker unreachable"
+    assert first_problem(lambda: None, lambda: "degraded: short") == "degraded: short"
+    assert first_problem(lambda: None) is None

@@ -149,7 +149,7 @@ class PartitionStateMachine(RuleBasedStateMachine):
     @invariant()
     def in_flight_set_matches(self) -> None:
         assert set(self.state.in_flight) == set(self.model)
-        assert set(self.state.deadlines) == {m for m, v in self.model.items() if not v[2]}
+        assert set(self.state.copies.deadlines) == {m for m, v in self.model.items() if not v[2]}
 
     @invariant()
     def committed_offset_is_the_oldest_in_flight_start(self) -> None:

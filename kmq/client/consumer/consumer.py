@@ -102,6 +102,16 @@ class Consumer:
         return self._p.membership.assigned
 
     @property
+    def late_acks(self) -> int:
+        """Acks made after their message's redelivery deadline (this process was frozen or cut off from Kafka while
+        the handler ran): the tracker may have delivered those messages again (``kmq_late_acks_total``)."""
+        return self._p.in_flight.late_acks.count
+
+    def held_nothing_for_s(self) -> float:
+        """Seconds this consumer has held no messages-topic partition (0 while it holds some): for health checks."""
+        return self._p.membership.held_nothing_for_s()
+
+    @property
     def rebalances(self) -> int:
         """Rebalance callbacks seen (assign, revoke, lost)."""
         return self._p.membership.rebalances

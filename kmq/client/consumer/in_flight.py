@@ -24,6 +24,7 @@ from kmq import wire
 from kmq._kafka.producer import MarkerProducer
 from kmq.client.consumer.at_most_once import write_dead_letter
 from kmq.client.consumer.keep_alive import KeepAliveLoop
+from kmq.client.consumer.late_acks import LateAcks
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.settle_writer import SettleSink
 from kmq.client.message import Message
@@ -67,6 +68,7 @@ class InFlightMessages:
         self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
         self.given_back_late = 0
         self._late_logged = (0.0, 0)
+        self.late_acks = LateAcks(queue, lambda: writer.broker_time.now_ms())
         #: Told of every settle of a grouped message: (message, kind, delay ms, (end reason, text) or None).
         self.on_group_settle: GroupSettle = _no_groups
         writer.on_durable = self.durable
@@ -166,17 +168,21 @@ class InFlightMessages:
             self._writer.settles.wake()  # its group moves on once the End is durable: no linger
         else:
             self._writer.ack(message.message_id)
+        if message._deadline_ms:
+            self.late_acks.check((message._deadline_ms,))
         self._on_settled()
 
     def _ack_many(self, messages: Iterable[Message]) -> None:
         """Acks the batch in one step (one append of ids for the writer); those that cannot be acked (settled
         already, or the consumer closed) are left as they are, and the first is named in the error raised once
         the rest are acked."""
-        table, acked, refused = self._table, [], []
+        table, acked, refused, deadlines = self._table, [], [], []
         for message in messages:
             owner = table.pop(message.message_id, None)
             if owner is message:
                 message._settled_as = "ack"
+                if message._deadline_ms:
+                    deadlines.append(message._deadline_ms)
                 if HEADER_GROUP in message.record_headers:
                     self.on_group_settle(message, "ack", 0, None)
                     self._writer.owned.ack(message.message_id)
@@ -186,6 +192,7 @@ class InFlightMessages:
             else:
                 refused.append((message, owner))
         self._writer.ack_many(acked)
+        self.late_acks.check(deadlines)
         on_settled = self._on_settled
         for _ in acked:
             on_settled()

@@ -1,0 +1,164 @@
+"""The tracker's two quiet faults through its client factory, no broker: an idle tracker that must block in its
+poll (not spin on a deadline it cannot fire), and a group client that loses the tracker's partitions and
+reports the group empty (the tracker must rejoin, or exit so a supervisor restarts it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from kmq import wire
+from kmq._kafka.group_view import GroupView
+from kmq.config import Config
+from kmq.errors import KmqError
+from kmq.redelivery.expiry import POLL_S
+from kmq.redelivery.tracker import RedeliveryTracker
+from kmq.wire import MessageId
+from kmq.wire.marker_batch import encode_settles, encode_starts
+from tests.markers_io import wait_for
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, running
+from tests.unit.fakes import FakeStart
+
+
+def _config(**fields: object) -> Config:
+    return Config(bootstrap_servers="fake:9092", message_topic="m", marker_topic="mk",
+                  redelivery_timeout_ms=1000, connect_timeout_ms=2000, **fields)  # type: ignore[arg-type]
+
+
+class WaitLog:
+    """Wraps a FakeGroupClient's consume: the timeout of each call, with when it was made."""
+
+    def __init__(self, group: FakeGroupClient) -> None:
+        self.calls: list[tuple[float, float]] = []
+        consume = group.consume
+
+        def logged(num_messages: int = 1, timeout: float = -1) -> list[Any]:
+            self.calls.append((time.monotonic(), timeout))
+            return consume(num_messages, timeout)
+
+        group.consume = logged  # type: ignore[method-assign]
+
+    def since(self, started: float) -> list[float]:
+        return [timeout for at, timeout in self.calls if at >= started]
+
+
+def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_ended() -> None:
+    # Given a burst of Starts by reference with a 300 ms deadline, all acknowledged at once
+    group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
+    clients = FakeClients(group)
+    waits = WaitLog(group)
+    group.rebalance("assign", [0])
+    refs = [FakeStart(MessageId(0, i), b"") for i in range(500)]
+    now = wire.now_ms()
+    with running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)) as tracker:
+        assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
+        group.feed([Record("mk", 0, 0, b"q", encode_starts(b"q", 300, [], refs=refs), timestamp_ms=now),
+                    Record("mk", 0, 1, b"q", encode_settles(b"q", 0, acks=[r.message_id for r in refs]),
+                           timestamp_ms=now + 5)])
+        assert wait_for(lambda: not group.records and tracker.partitions[0].markers_read >= 2)
+        assert len(tracker.partitions[0].state) == 0
+        # When the (ended) deadlines have passed and the clock probe they asked for has come back
+        time.sleep(1.0)
+        idle_from = time.monotonic()
+        time.sleep(1.0)
+    # Then the loop waits the full poll interval each time: nothing is due, nothing to spin on
+    idle = waits.since(idle_from)
+    assert idle and min(idle) >= POLL_S, f"{sum(t < 0.001 for t in idle)} of {len(idle)} polls did not wait"
+    assert not clients.produced("m"), "nothing acknowledged is redelivered"
+
+
+class FakeGroupAdmin:
+    """What the group coordinator says about the tracker group (kmq._kafka.group_view.GroupAdmin)."""
+
+    def __init__(self, view: GroupView | None) -> None:
+        self.answer = view
+        self.asked = 0
+
+    def view(self, group: str, topic: str, timeout_s: float) -> GroupView | None:
+        self.asked += 1
+        return self.answer
+
+    def waiting(self, group: str, topic: str, timeout_s: float) -> int | None:
+        return None
+
+
+def _view(members: set[str], served: set[int]) -> GroupView:
+    return GroupView(frozenset(members), frozenset({0, 1, 2}), frozenset(served))
+
+
+def test_a_tracker_that_lost_its_partitions_to_an_empty_group_says_so_then_exits_for_a_restart() -> None:
+    # Given a tracker holding all three partitions
+    group = FakeGroupClient("mk", partitions=3)
+    clients = FakeClients(group)
+    admin = FakeGroupAdmin(_view({"member-1"}, {0, 1, 2}))
+    group.rebalance("assign", [0, 1, 2])
+    tracker = RedeliveryTracker(_config(unassigned_unhealthy_ms=300, unassigned_exit_ms=1500), clients=clients,
+                                stop_timeout_s=1.0, group_admin=admin)
+    thread = threading.Thread(target=_run_keeping_error, args=(tracker, errors := []), daemon=True)
+    with capture_logs() as logs:
+        thread.start()
+        assert wait_for(lambda: len(tracker.partitions) == 3)
+        assert tracker.health() is None and tracker.liveness() is None
+        # When its session is lost, the coordinator drops it and the group is left empty (no JoinGroup comes)
+        group.member_id = None
+        admin.answer = _view(set(), set())
+        group.rebalance("lost", [0, 1, 2])
+        assert wait_for(lambda: not tracker.partitions)
+        # Then it is ready again for no one: unhealthy with the reason past unassigned_unhealthy_ms
+        assert wait_for(lambda: tracker.health() is not None, timeout_s=5)
+        assert (tracker.health() or "").startswith(
+            "out of group 'kafka-mq-redelivery' while markers partitions [0, 1, 2] have no tracker, for ")
+        # And past unassigned_exit_ms it stops and run() raises one line for its supervisor
+        thread.join(10)
+    assert not thread.is_alive() and len(errors) == 1
+    assert "exiting for a restart (unassigned_exit_ms=1500)" in str(errors[0]) and "\n" not in str(errors[0])
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["tracker_fatal"]
+
+
+def test_a_standby_replica_holding_nothing_while_others_serve_every_partition_is_healthy() -> None:
+    group = FakeGroupClient("mk", partitions=3)
+    admin = FakeGroupAdmin(_view({"member-1", "member-2"}, {0, 1, 2}))
+    tracker = RedeliveryTracker(_config(unassigned_unhealthy_ms=100, unassigned_exit_ms=300),
+                                clients=FakeClients(group), stop_timeout_s=1.0, group_admin=admin)
+    with running(tracker):
+        time.sleep(0.8)
+        assert tracker.health() is None and tracker.liveness() is None and not tracker.stopped
+    assert admin.asked >= 1
+
+
+def _run_keeping_error(tracker: RedeliveryTracker, errors: list[BaseException]) -> None:
+    try:
+        tracker.run()
+    except KmqError as err:
+        errors.append(err)
+
+
+def test_an_idle_tracker_commits_an_offset_once_not_every_interval() -> None:
+    group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
+    group.rebalance("assign", [0])
+    with running(RedeliveryTracker(_config(tracker_commit_interval_ms=50), clients=FakeClients(group),
+                                    stop_timeout_s=1.0)) as tracker:
+        assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
+        time.sleep(0.6)
+        commits = len(group.commits)
+        time.sleep(0.6)
+        # With nothing read, the oldest in-flight Start does not move: nothing to send (an idle tracker sent one
+        # commit a second, and a frozen coordinator kept every one of them in flight)
+        assert len(group.commits) == commits <= 2
+
+
+def test_a_loop_that_stops_turning_ends_the_process_with_one_line(capsys: Any) -> None:
+    from kmq.redelivery.cli import EXIT_ERROR, watch_loop
+
+    class Stuck:
+        def stalled(self) -> str | None:
+            return "the tracker's loop has not turned for 301 s"
+
+    exits: list[int] = []
+    watch_loop([Stuck()], threading.Event(), every_s=0.01, exit_process=exits.append)  # type: ignore[list-item]
+    assert exits == [EXIT_ERROR]
+    assert capsys.readouterr().err == ("kmq-redelivery-tracker: error: the tracker's loop has not turned for 301 s: "
+                                       "exiting for a restart\n")

@@ -38,6 +38,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: The most time a message's deadline must be ahead to be handed out (less for short redelivery timeouts).
 HAND_OUT_GUARD_MS = 2000
+#: How long ``hand_out_one`` reuses one reading of the broker clock (its bar is raised by as much).
+CLEAR_REUSE_S = 0.01
 #: How often the count of messages given back for their deadline is logged at most.
 LATE_LOG_EVERY_S = 5.0
 
@@ -72,6 +74,10 @@ class InFlightMessages:
         #: A keep-alive sent now must land before the deadline: a keep-alive tick and a write's worth of margin.
         self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
         self.given_back_late = 0
+        #: ``hand_out_one``'s bar: a deadline above ``_clear_above_ms`` may be handed out until ``_clear_until``
+        #: (monotonic s). The bar is written first: a thread that reads an older pair is within its window.
+        self._clear_above_ms = 1 << 62
+        self._clear_until = 0.0
         self._late_logged = (0.0, 0)
         #: Told of every settle of a grouped message: (message, kind, delay ms, (end reason, text) or None).
         self.on_group_settle: GroupSettle = _no_groups
@@ -120,8 +126,16 @@ class InFlightMessages:
         deadline_ms = message._deadline_ms
         if deadline_ms == 0:
             return True
-        now_ms = self._writer.broker_time.now_ms()
-        if now_ms is None or deadline_ms > now_ms + self._keep_alive_ms:
+        now = time.monotonic()
+        if now >= self._clear_until:
+            # The broker clock read at most every CLEAR_REUSE_S, and the bar raised by as much: a deadline above it
+            # is clear of "now + a keep-alive interval" until then.
+            now_ms = self._writer.broker_time.now_ms()
+            if now_ms is None:
+                return True
+            self._clear_above_ms = now_ms + self._keep_alive_ms + int(CLEAR_REUSE_S * 1000)
+            self._clear_until = now + CLEAR_REUSE_S
+        if deadline_ms > self._clear_above_ms:
             return True
         return bool(self.hand_out([message]))
 

@@ -133,7 +133,7 @@ def worker_cases(bootstrap: str) -> list[Case]:
         n = N_PROCESS_JOBS if processes else N_THREAD_JOBS
         baseline = _measured(bootstrap, marker_format, _bare_loop, (), n)
         ours = _measured(bootstrap, marker_format, _worker, (concurrency, processes), n)
-        mode = "child processes" if processes else "threads"
+        mode = "handler processes (--handler-processes)" if processes else "threads"
         cases.append(Case(f"kmq worker, 0 ms handler, {concurrency} {mode}, {marker_format} markers", "jobs/s",
                           ours, baseline, "consumer receive()+ack(), 1 thread",
                           {"jobs": n, "payload": 256, "partitions": PARTITIONS, "concurrency": concurrency,

@@ -87,6 +87,8 @@ class _Child:
     #: When to start it again after it died (None: running or not to be restarted).
     restart_at: float | None = None
     young_deaths: int = 0
+    #: Sent SIGTERM (once: the drain has begun).
+    terminated: bool = False
 
 
 class WorkerPool:
@@ -116,12 +118,16 @@ class WorkerPool:
         self._endpoint.bind()
 
     def stop(self) -> None:
-        """Starts the drain of every child, as SIGTERM does."""
-        if not self._stopping:
-            self._stopping = True
-            for child in self._children:
-                if child.process is not None and child.process.is_alive():
-                    child.process.terminate()  # SIGTERM: the child's Worker drains
+        """Starts the drain of every child, as SIGTERM does. Safe from any thread."""
+        self._stopping = True
+        self._terminate_all()
+
+    def _terminate_all(self) -> None:
+        for child in self._children:
+            process = child.process
+            if process is not None and not child.terminated and process.is_alive():
+                child.terminated = True
+                process.terminate()  # SIGTERM: the child's Worker drains
 
     def run(self, install_signals: bool = True) -> Counter[str]:
         if install_signals:
@@ -160,7 +166,7 @@ class WorkerPool:
         child.process.start()
         theirs.close()
         child.conn, child.started_at, child.restart_at = parent, time.monotonic(), None
-        child.ready, child.metrics_port = False, None
+        child.ready, child.metrics_port, child.terminated = False, None, False
 
     def _supervise(self) -> None:
         now = time.monotonic()
@@ -220,7 +226,7 @@ class WorkerPool:
         child.restart_at = time.monotonic() + min(RESTART_MAX_S, RESTART_MIN_S * 2 ** max(0, child.young_deaths - 1))
 
     def _drain(self) -> None:
-        self.stop()
+        self.stop()  # again: a child started while a stop() from another thread ran may have missed it
         deadline = (time.monotonic() + self.recipe.drain_timeout_s + self.recipe.close_timeout_s + EXIT_GRACE_S)
         while any(c.process is not None for c in self._children) and time.monotonic() < deadline:
             self._supervise()

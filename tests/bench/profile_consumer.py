@@ -79,7 +79,7 @@ def top(path: str, lines: int = 25) -> None:
         for line in f:
             stack, _, count_text = line.rstrip().rpartition(" ")
             count = int(count_text)
-            if "create_topics" in stack or "_find_and_load" in stack:  # set-up, imports
+            if "kmq_send" in stack or "create_topics" in stack or "_find_and_load" in stack:  # set-up, imports
                 continue
             frames = [fr.split(" (")[0] + " (" + fr.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
                       for fr in stack.split(";")[1:]]  # the first is the thread

@@ -20,13 +20,15 @@ from queue import Empty
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Service, logs
 from kmq._kafka.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, write
 from tests.bench.tracker_probe import TrackerProbe
-from tests.helpers import ROOT
+from tests.helpers import ROOT, members_holding_partitions
+from tests.markers_io import wait_for
 
 QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
 #: Jobs per run: at 50-100k jobs/s a thread run must last long enough to outweigh the machine's noise.
@@ -167,7 +169,13 @@ def _pool_rate(config: Config, queue: str, processes: int, n: int, progress: Pat
             if not runner.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(f"the pool of {processes} did not start: {pool.failures}")
             time.sleep(0.05)
-        time.sleep(2)  # the group's assignment settles after the last member opened its consumer
+        # The group's assignment settles after the last member opened its consumer: a rebalance mid-run would
+        # stall every child for seconds (each must hold partitions before the jobs come).
+        admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+        group = config.topics_for(queue).consumer_group(queue)
+        if not wait_for(lambda: members_holding_partitions(admin, group) == processes, timeout_s=60):
+            raise RuntimeError(f"the pool's {processes} members did not all get partitions of {group!r}")
+        time.sleep(1)
         w.kmq_send(config, queue, n, 256, sync=False)
         tenth_at = None
         while (count := done()) < n - 100 * processes:  # each child writes its count every 100 jobs

@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
-from operator import attrgetter
 
 from kmq.client.message import Message
 from kmq.config import MAX_REDELIVERY_TIMEOUT_MS
@@ -23,8 +22,6 @@ from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT, now_ms
 LOCAL_HOLD_MS = 1_000
 #: The longest hop; a message due later takes several (the tracker's deadlines stay within the 12 h cap).
 MAX_HOP_MS = MAX_REDELIVERY_TIMEOUT_MS
-
-_record_headers = attrgetter("record_headers")
 
 
 class DueTimes:
@@ -41,8 +38,6 @@ class DueTimes:
     def sort(self, messages: Iterable[Message]) -> tuple[list[Message], list[tuple[Message, int]], list[Message]]:
         """(messages to hand out now, messages to send on a hop with their delay in ms, expired messages); the rest
         are held."""
-        if isinstance(messages, list) and not any(map(_record_headers, messages)):
-            return list(messages), [], []  # no headers at all (the common case): one pass in C
         ready: list[Message] = []
         hops: list[tuple[Message, int]] = []
         expired: list[Message] = []

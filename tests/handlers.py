@@ -85,3 +85,28 @@ def note_dedup(message: Message) -> None:
     """Notes the run with its dedup id, then takes 10 ms (the dedup failover tests)."""
     _note(message, dedup_id=message.headers.get("kmq-dedup-id", b"").decode())
     time.sleep(0.01)
+
+
+def note(message: Message) -> None:
+    """Notes the run and returns (acked)."""
+    _note(message)
+
+
+#: Iterations of ``spin_1ms``'s loop: about 1 ms of pure Python (CPython 3.11) on the project's 2-core machine.
+SPIN_1MS = 27_000
+_spun = [0]
+
+
+def spin_1ms(message: Message) -> None:
+    """About 1 ms of pure-Python CPU work (a fixed amount, so a busy machine slows it instead of shortening it);
+    every 100 runs writes this process's run count to ``$KMQ_BENCH_PROGRESS/<pid>`` for the bench to sum."""
+    import os
+
+    total = 0
+    for i in range(SPIN_1MS):
+        total += i * i
+    _spun[0] += 1
+    progress = os.environ.get("KMQ_BENCH_PROGRESS")
+    if progress and _spun[0] % 100 == 0:
+        with open(os.path.join(progress, str(os.getpid())), "w") as out:
+            out.write(str(_spun[0]))

@@ -29,13 +29,16 @@ class MetricsEndpoint:
         self._stopping = stopping
         self._server: ThreadingHTTPServer | None = None
 
-    def bind(self) -> None:
-        if self._server is None and self._config.metrics_port:
+    def bind(self, port: int | None = None) -> int | None:
+        """Serves on ``port`` (0: a free one), else on ``metrics_port`` if set; returns the port served on."""
+        if self._server is None and (port is not None or self._config.metrics_port):
             unassigned = WorkerHealth(self._config, lambda: self._consumers.consumers,
                                       KafkaGroupAdmin(self._config), time.monotonic)
-            self._server = serve(self._metrics.registry, self._config.metrics_host, self._config.metrics_port,
+            self._server = serve(self._metrics.registry, self._config.metrics_host,
+                                 self._config.metrics_port if port is None else port,
                                  self._health_check(unassigned),
                                  live=lambda: unassigned.live() if self._consumers.consumers else None)
+        return None if self._server is None else int(self._server.server_address[1])
 
     def close(self) -> None:
         server, self._server = self._server, None

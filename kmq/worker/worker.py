@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -115,13 +115,15 @@ class Worker:
         if self._runs is not None:
             self._runs.stop_dispatch()
 
-    def bind_metrics(self) -> None:
-        """Serves /metrics and /healthz on ``config.metrics_port`` (if set) now, before anything talks to the
-        broker: a port in use raises KmqError. ``run()`` does it first if it was not done."""
-        self._endpoint.bind()
+    def bind_metrics(self, port: int | None = None) -> int | None:
+        """Serves /metrics and /healthz on ``config.metrics_port`` (if set; or on ``port``, 0 for a free one) now,
+        before anything talks to the broker: a port in use raises KmqError. ``run()`` does it first if it was not
+        done. Returns the port served on (None: none)."""
+        return self._endpoint.bind(port)
 
-    def run(self, install_signals: bool = True) -> Counter[str]:
-        """Processes messages until ``stop()`` (or SIGTERM/SIGINT); returns counts of acked, released, …"""
+    def run(self, install_signals: bool = True, on_started: Callable[[], object] | None = None) -> Counter[str]:
+        """Processes messages until ``stop()`` (or SIGTERM/SIGINT); returns counts of acked, released, …
+        ``on_started`` is called once the consumers are open and the handler threads run."""
         if install_signals:
             def on_signal(_signum: int, _frame: FrameType | None) -> None:
                 log.info("worker_draining", drain_timeout_s=self.drain_timeout_s)
@@ -164,6 +166,8 @@ class Worker:
         log.info("worker_started", queues=list(self.queues), concurrency=self.concurrency,
                  processes=self.processes, time_limit_s=self.time_limit_s)
         try:
+            if on_started is not None:
+                on_started()
             while not self._stop.wait(TICK_S):
                 if not any(t.is_alive() for t in threads):
                     break

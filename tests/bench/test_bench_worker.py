@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from queue import Empty
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from kmq import Config, Service, logs
 from kmq._kafka.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, write
 from tests.bench.tracker_probe import TrackerProbe
-from tests.helpers import ROOT
+from tests.helpers import ROOT, members_holding_partitions
+from tests.markers_io import wait_for
 
 QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
 #: Jobs per run: at 50-100k jobs/s a thread run must last long enough to outweigh the machine's noise.
@@ -130,12 +135,94 @@ def worker_cases(bootstrap: str) -> list[Case]:
         n = N_PROCESS_JOBS if processes else N_THREAD_JOBS
         baseline = _measured(bootstrap, marker_format, _bare_loop, (), n)
         ours = _measured(bootstrap, marker_format, _worker, (concurrency, processes), n)
-        mode = "child processes" if processes else "threads"
+        mode = "handler processes (--handler-processes)" if processes else "threads"
         cases.append(Case(f"kmq worker, 0 ms handler, {concurrency} {mode}, {marker_format} markers", "jobs/s",
                           ours, baseline, "consumer receive()+ack(), 1 thread",
                           {"jobs": n, "payload": 256, "partitions": PARTITIONS, "concurrency": concurrency,
                            "processes": processes, "tracker": "running"}))
     return cases
+
+
+#: Jobs per `--processes` run: ~1 ms each, so ~10 s on one process.
+N_SPIN_JOBS = 4_000 if QUICK else 10_000
+SPIN_HANDLER = "tests.handlers:spin_1ms"
+
+
+def _pool_rate(config: Config, queue: str, processes: int, n: int, progress: Path) -> float:
+    """``kmq worker --processes N`` (a WorkerPool, one thread per child) on ``n`` CPU-bound jobs sent once every
+    child serves (so each has its share of the partitions): jobs/s from the tenth to the last, from the handlers'
+    progress files (the children report their counts only at exit)."""
+    from kmq.worker.pool import WorkerPool, WorkerRecipe
+
+    for stale in progress.iterdir():
+        stale.unlink()
+    pool = WorkerPool(WorkerRecipe(config, (queue,), SPIN_HANDLER, log_level="error"), processes)
+    runner = threading.Thread(target=pool.run, kwargs={"install_signals": False}, name="the pool", daemon=True)
+
+    def done() -> int:
+        return sum(int(f.read_text() or 0) for f in progress.iterdir())
+
+    runner.start()
+    try:
+        deadline = time.monotonic() + 300
+        while pool.serving < processes:
+            if not runner.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the pool of {processes} did not start: {pool.failures}")
+            time.sleep(0.05)
+        # The group's assignment settles after the last member opened its consumer: a rebalance mid-run would
+        # stall every child for seconds (each must hold partitions before the jobs come).
+        admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
+        group = config.topics_for(queue).consumer_group(queue)
+        if not wait_for(lambda: members_holding_partitions(admin, group) == processes, timeout_s=60):
+            raise RuntimeError(f"the pool's {processes} members did not all get partitions of {group!r}")
+        time.sleep(1)
+        w.kmq_send(config, queue, n, 256, sync=False)
+        tenth_at = None
+        while (count := done()) < n - 100 * processes:  # each child writes its count every 100 jobs
+            if not runner.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the pool of {processes} ended or stalled after {count} of {n} jobs")
+            if tenth_at is None and count >= n // 10:
+                tenth_at = time.perf_counter()
+            time.sleep(0.005)
+        end = time.perf_counter()
+    finally:
+        pool.stop()
+        runner.join(60)
+    assert tenth_at is not None and not pool.failures, pool.failures
+    return (count - n // 10) / (end - tenth_at)
+
+
+def pool_cases(bootstrap: str, rounds: int = 2) -> list[Case]:
+    """`--processes 2` against `--processes 1` with a ~1 ms pure-Python handler, best of ``rounds`` each,
+    alternating (the machine's speed drifts within a run)."""
+    progress = Path(tempfile.mkdtemp(prefix="kmq-bench-progress-"))
+    os.environ["KMQ_BENCH_PROGRESS"] = str(progress)  # the spawned children inherit it
+    best = {1: 0.0, 2: 0.0}
+    try:
+        for _ in range(rounds):
+            for processes in (1, 2):
+                config, queue = fresh(bootstrap, "kmq")
+                with TrackerProbe(config):
+                    best[processes] = max(best[processes], _pool_rate(config, queue, processes, N_SPIN_JOBS,
+                                                                      progress))
+    finally:
+        os.environ.pop("KMQ_BENCH_PROGRESS", None)
+        shutil.rmtree(progress, ignore_errors=True)
+    return [Case("kmq worker --processes 2, ~1 ms pure-Python handler", "jobs/s", best[2], best[1],
+                 "kmq worker --processes 1, same handler",
+                 {"jobs": N_SPIN_JOBS, "payload": 256, "partitions": PARTITIONS, "concurrency": 1,
+                  "rounds": rounds, "cores": os.cpu_count(), "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                  "tracker": "running"})]
+
+
+def test_bench_worker_processes(kafka_bootstrap: str) -> None:
+    logs.configure("error")
+    started = time.monotonic()
+    cases = pool_cases(kafka_bootstrap)
+    out = write(ROOT / "bench-results" / (time.strftime("%Y%m%dT%H%M%S") + "-worker-processes"), cases,
+                {"quick": QUICK, "seconds": round(time.monotonic() - started)})
+    print("\n" + markdown(cases) + f"\n\nresults in {out}")
+    assert all(c.ours is not None for c in cases)
 
 
 def test_bench_worker(kafka_bootstrap: str) -> None:

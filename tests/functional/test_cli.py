@@ -246,7 +246,7 @@ def test_a_closed_stdout_is_one_line_not_a_traceback(kmq_config: ConfigFactory) 
 def test_a_worker_in_process_mode_runs_the_handler_in_a_pool(kmq_config: ConfigFactory) -> None:
     config = kmq_config()
     assert kmq(config, "send", "cpu", "c-{i}", "--count", "5").returncode == 0
-    worker = start_worker(config, "tests.handlers:record", "cpu", "--processes", "--concurrency", "2")
+    worker = start_worker(config, "tests.handlers:record", "cpu", "--handler-processes", "--concurrency", "2")
     assert wait_for(lambda: stats(config, "cpu")["acked"] == 5, timeout_s=60)
     assert stop(worker) == {"acked": 5}
 

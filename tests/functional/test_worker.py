@@ -104,7 +104,7 @@ def test_a_handler_past_its_time_limit_is_stopped_released_and_finally_dead_lett
 ) -> None:
     config = kmq_config(redelivery_timeout_ms=10_000, max_deliveries=2)
     port = free_port()
-    extra = ["--processes"] if mode == "processes" else []
+    extra = ["--handler-processes"] if mode == "processes" else []
     with tracker_thread(config):
         assert kmq(config, "send", "hung", "spin").returncode == 0
         worker = workers.start(config, "tests.handlers:spin_unless_ok", "hung", "--time-limit", "1",
@@ -138,7 +138,7 @@ def test_in_process_mode_the_handler_gets_real_metadata_and_can_settle_the_messa
     config = kmq_config(redelivery_timeout_ms=10_000)
     with tracker_thread(config):
         assert kmq(config, "send", "proc", "job").returncode == 0
-        worker = workers.start(config, "tests.handlers:release_first_then_ack", "proc", "--processes")
+        worker = workers.start(config, "tests.handlers:release_first_then_ack", "proc", "--handler-processes")
         assert wait_for(lambda: stats(config, "proc")["acked"] == 1, timeout_s=60)
         code, counts, err, _ = terminate(worker)
     assert code == 0, err
@@ -215,7 +215,7 @@ def test_every_thread_runs_a_message_at_once_and_the_worker_holds_only_what_runs
     n = 4
     config = kmq_config(redelivery_timeout_ms=10_000)
     port = free_port()
-    extra = ["--processes"] if mode == "processes" else []
+    extra = ["--handler-processes"] if mode == "processes" else []
     assert kmq(config, "send", "busy", "job-{i}", "--count", str(n + 2)).returncode == 0
     with tracker_thread(config):
         worker = workers.start(config, "tests.handlers:block_until_released", "busy", "--concurrency", str(n),

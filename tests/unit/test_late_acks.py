@@ -28,3 +28,16 @@ def test_nothing_is_late_while_the_broker_clock_is_unknown_or_behind(broker_ms: 
     late.check([1_000])
     late.check([])
     assert late.count == 0
+
+
+def test_one_ack_at_a_time_reuses_a_clock_reading_for_ten_milliseconds() -> None:
+    clock, reads = [0.0], []
+    late = LateAcks("jobs", lambda: reads.append(1) or 10_000, lambda: clock[0])
+    late.check_one(9_999)
+    late.check_one(10_001)
+    clock[0] += 0.005
+    late.check_one(1)
+    assert (late.count, len(reads)) == (2, 1)
+    clock[0] += 0.01
+    late.check_one(1)
+    assert (late.count, len(reads)) == (3, 2)

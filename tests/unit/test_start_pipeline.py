@@ -27,6 +27,10 @@ class Table(dict[MessageId, Message]):
     def add(self, message: Message) -> None:
         self[message.message_id] = message
 
+    def add_many(self, messages: list[Message]) -> None:
+        for message in messages:
+            self.add(message)
+
     def discard(self, message_id: MessageId) -> None:
         self.pop(message_id, None)
 

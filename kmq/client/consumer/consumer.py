@@ -143,11 +143,12 @@ class Consumer:
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, or None after ``timeout`` seconds (None waits for ever)."""
-        if self._p.out and not self._closed and self._p.errors.fatal is None:
-            message = self._p.out.take_one()  # the common case under load, without the waiting machinery
+        p = self._p
+        if not self._closed and p.errors.fatal is None:
+            message = p.out.take_one()  # the common case under load, without the waiting machinery
             # Unless purged while buffered, or its deadline passed while it waited (then given back).
             if message is not None and not (self._purged_up_to and message._settled_as) \
-                    and self._p.in_flight.hand_out([message]):
+                    and p.in_flight.hand_out_one(message):
                 return message
         got = self.receive_many(1, timeout)
         return got[0] if got else None

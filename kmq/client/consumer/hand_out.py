@@ -54,20 +54,22 @@ class HandOut:
             message = self._ready.popleft()
         except IndexError:
             return None
-        self.wake_loop()
+        if self._waiting_for_room:  # wake_loop's test, without its call (this runs once per message)
+            self.wake_loop()
         return message
 
     def take(self, max_messages: int) -> list[Message]:
         """Up to ``max_messages`` ready messages (maybe none); never blocks."""
-        got: list[Message] = []
         ready = self._ready
+        got: list[Message] = []
+        append, popleft = got.append, ready.popleft
         try:
-            while len(got) < max_messages:
-                got.append(ready.popleft())
-        except IndexError:
+            for _ in range(min(max_messages, len(ready))):
+                append(popleft())
+        except IndexError:  # another receiver took the rest meanwhile
             pass
-        if got:
-            self.wake_loop()
+        if got and self._waiting_for_room:
+            self.wake_loop(len(got))
         return got
 
     def wait(self, timeout_s: float) -> None:
@@ -81,11 +83,12 @@ class HandOut:
         it must be quick and must not raise."""
         self._listeners.append(listener)
 
-    def wake_loop(self) -> None:
-        """After a take or a settle: wakes the loop once enough room is free (a quarter of the buffer), not once per
-        message, and without computing the room here (this runs once or twice per message)."""
+    def wake_loop(self, count: int = 1) -> None:
+        """After a take or a settle (of ``count`` messages): wakes the loop once enough room is free (a quarter of
+        the buffer), not once per message, and without computing the room here (this runs once or twice per
+        message)."""
         if self._waiting_for_room:
-            self._wake_countdown -= 1  # not atomic: a lost decrement only makes the loop wait for its timeout
+            self._wake_countdown -= count  # not atomic: a lost decrement only makes the loop wait for its timeout
             if self._wake_countdown <= 0:
                 self._waiting_for_room = False  # one set() is enough; the next callers skip it
                 self._room_freed.set()

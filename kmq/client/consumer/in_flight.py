@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import NoReturn
 
 import structlog
@@ -38,8 +39,13 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: The most time a message's deadline must be ahead to be handed out (less for short redelivery timeouts).
 HAND_OUT_GUARD_MS = 2000
+#: How long ``hand_out_one`` reuses one reading of the broker clock (its bar is raised by as much).
+CLEAR_REUSE_S = 0.01
 #: How often the count of messages given back for their deadline is logged at most.
 LATE_LOG_EVERY_S = 5.0
+
+_message_id = attrgetter("message_id")
+_deadline_ms = attrgetter("_deadline_ms")
 
 #: (message, kind, delay ms, (end reason, reason text) or None): a grouped message was settled.
 GroupSettle = Callable[[Message, str, int, "tuple[int, str] | None"], None]
@@ -60,6 +66,8 @@ class InFlightMessages:
         self._writer = writer
         self._dlq_producer = dlq_producer
         self._on_settled = on_settled
+        #: ``on_settled`` for a batch of ``n`` at once (the consumer's HandOut.wake_loop takes the count).
+        self.on_settled_many: Callable[[int], None] = self._settled_one_by_one
         self._table: dict[MessageId, Message] = {}
         self.closed = False
         self._after_ms = config.redelivery_timeout_ms
@@ -67,11 +75,17 @@ class InFlightMessages:
         #: A keep-alive sent now must land before the deadline: a keep-alive tick and a write's worth of margin.
         self._guard_ms = min(HAND_OUT_GUARD_MS, config.keep_alive_interval_ms // 2)
         self.given_back_late = 0
+        #: ``hand_out_one``'s bar: a deadline above ``_clear_above_ms`` may be handed out until ``_clear_until``
+        #: (monotonic s). The bar is written first: a thread that reads an older pair is within its window.
+        self._clear_above_ms = 1 << 62
+        self._clear_until = 0.0
         self._late_logged = (0.0, 0)
         self.late_acks = LateAcks(queue, lambda: writer.broker_time.now_ms())
         #: Told of every settle of a grouped message: (message, kind, delay ms, (end reason, text) or None).
         self.on_group_settle: GroupSettle = _no_groups
         writer.on_durable = self.durable
+        #: The plain sink's ack (``writer.ack`` without its call: once per message).
+        self._plain_ack = writer.settles.plain.ack
         self.keep_alives = KeepAliveLoop(self._table, writer, interval_s=config.keep_alive_interval_ms / 1000,
                                          session_timeout_s=config.session_timeout_ms / 1000, on_tick=self._tick,
                                          name=f"kmq-keepalive-{queue}")
@@ -79,11 +93,19 @@ class InFlightMessages:
     def __len__(self) -> int:
         return len(self._table)
 
+    def _settled_one_by_one(self, count: int) -> None:
+        for _ in range(count):
+            self._on_settled()
+
     def __iter__(self) -> Iterator[MessageId]:
         return iter(list(self._table))  # list() of a dict is atomic under the GIL
 
     def add(self, message: Message) -> None:
         self._table[message.message_id] = message
+
+    def add_many(self, messages: list[Message]) -> None:
+        """``add`` of each (the map and zip run in C: this is once per message on the loop thread)."""
+        self._table.update(zip(map(_message_id, messages), messages, strict=True))
 
     def discard(self, message_id: MessageId) -> None:
         """Forgets a message that was not handed out (its batch is rewound); it will be Started again."""
@@ -92,11 +114,32 @@ class InFlightMessages:
     def durable(self, ids: Sequence[MessageId], appended_ms: int) -> None:
         """A Start or keep-alive record of ``ids``, appended at broker time ``appended_ms``, is durable (on the
         producer's delivery thread)."""
-        table = self._table
-        for mid in ids:
-            msg = table.get(mid)
-            if msg is not None and (msg._deadline_ms == 0 or appended_ms < msg._deadline_ms):
-                msg._deadline_ms = max(msg._deadline_ms, appended_ms + self._after_ms)
+        get, deadline_ms = self._table.get, appended_ms + self._after_ms
+        for mid in ids:  # once per message: kept lean
+            msg = get(mid)
+            if msg is not None:
+                known = msg._deadline_ms
+                if known == 0 or (appended_ms < known < deadline_ms):
+                    msg._deadline_ms = deadline_ms
+
+    def hand_out_one(self, message: Message) -> bool:
+        """``hand_out`` of one message, without the lists: True if it may go to a handler, False if it was given
+        back instead."""
+        deadline_ms = message._deadline_ms
+        if deadline_ms == 0:
+            return True
+        now = time.monotonic()
+        if now >= self._clear_until:
+            # The broker clock read at most every CLEAR_REUSE_S, and the bar raised by as much: a deadline above it
+            # is clear of "now + a keep-alive interval" until then.
+            now_ms = self._writer.broker_time.now_ms()
+            if now_ms is None:
+                return True
+            self._clear_above_ms = now_ms + self._keep_alive_ms + int(CLEAR_REUSE_S * 1000)
+            self._clear_until = now + CLEAR_REUSE_S
+        if deadline_ms > self._clear_above_ms:
+            return True
+        return bool(self.hand_out([message]))
 
     def hand_out(self, messages: list[Message]) -> list[Message]:
         """Of ``messages`` about to reach a handler, those whose deadline is safely ahead; the others are given back
@@ -106,7 +149,8 @@ class InFlightMessages:
         if now_ms is None:
             return messages
         soon = now_ms + self._keep_alive_ms
-        if all(m._deadline_ms == 0 or m._deadline_ms > soon for m in messages):
+        # The earliest deadline known (0: none known yet, which is no reason to hold one back), found in C.
+        if min(filter(None, map(_deadline_ms, messages)), default=soon + 1) > soon:
             return messages  # the common case: nothing waited long
         ready, late = [], []
         for m in messages:
@@ -167,9 +211,9 @@ class InFlightMessages:
             self._writer.owned.ack(message.message_id)
             self._writer.settles.wake()  # its group moves on once the End is durable: no linger
         else:
-            self._writer.ack(message.message_id)
+            self._plain_ack(message.message_id)
         if message._deadline_ms:
-            self.late_acks.check((message._deadline_ms,))
+            self.late_acks.check_one(message._deadline_ms)
         self._on_settled()
 
     def _ack_many(self, messages: Iterable[Message]) -> None:
@@ -193,9 +237,8 @@ class InFlightMessages:
                 refused.append((message, owner))
         self._writer.ack_many(acked)
         self.late_acks.check(deadlines)
-        on_settled = self._on_settled
-        for _ in acked:
-            on_settled()
+        if acked:
+            self.on_settled_many(len(acked))
         for message, owner in refused[1:]:
             if owner is not None:
                 table[message.message_id] = owner

@@ -13,6 +13,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: At most one warning per this many seconds (a frozen worker's whole backlog acks late at once).
 LOG_EVERY_S = 5.0
+#: How long one reading of the broker clock is reused (an ack is on the hot path; 10 ms late is not late).
+CLOCK_REUSE_S = 0.01
 
 
 class LateAcks:
@@ -25,6 +27,17 @@ class LateAcks:
         self._monotonic = monotonic
         self.count = 0
         self._logged = (float("-inf"), 0)
+        self._now_ms: int | None = None
+        self._now_until = float("-inf")
+
+    def check_one(self, deadline_ms: int) -> None:
+        """An ack of a message with this redelivery deadline (epoch ms) was just made: per ack, so the broker clock
+        is read at most every ``CLOCK_REUSE_S``."""
+        now = self._monotonic()
+        if now >= self._now_until:
+            self._now_ms, self._now_until = self._broker_now_ms(), now + CLOCK_REUSE_S
+        if self._now_ms is not None and deadline_ms < self._now_ms:
+            self._count_late(1)
 
     def check(self, deadlines: Sequence[int]) -> None:
         """Acks of messages with these redelivery deadlines (epoch ms) were just made."""
@@ -32,8 +45,10 @@ class LateAcks:
             return
         now_ms = self._broker_now_ms()
         late = 0 if now_ms is None else sum(1 for d in deadlines if d < now_ms)
-        if not late:
-            return
+        if late:
+            self._count_late(late)
+
+    def _count_late(self, late: int) -> None:
         self.count += late
         if self._monotonic() - self._logged[0] >= LOG_EVERY_S:
             log.warning("late_acks", queue=self._queue, count=self.count - self._logged[1], total=self.count,

@@ -86,6 +86,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
     instance_id = _kafka.instance_id()
     writer = MarkerWriter(config, topics.markers, key, producer, instance_id=instance_id, client_id=config.client_id)
     in_flight = InFlightMessages(config, topics, queue, writer, producer, out.wake_loop)
+    in_flight.on_settled_many = out.wake_loop
     settler: InFlightMessages | AtMostOnceMessages = (
         AtMostOnceMessages(config, topics, producer) if queue in config.at_most_once_queues else in_flight)
     control = clients.control(config, topics, on_control)
@@ -108,6 +109,10 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
     def make_message(record: Record) -> Message:
         return to_message(record, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
 
+    def make_messages(records: list[Record]) -> list[Message]:
+        next_keep_alive = time.monotonic() + keep_alive_s
+        return [to_message(r, queue, settler, next_keep_alive) for r in records]  # type: ignore[arg-type]
+
     stop = threading.Event()
     #: Duplicate sends out before their Starts (docs/concepts/dedup.md); None with ``dedup_window_ms`` 0.
     dedup = Deduplicator(
@@ -121,6 +126,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
         committer.groups = groups.commits
     pipeline = StartPipeline(
         key=key, intake=intake, writer=writer, book=book, in_flight=in_flight, to_message=make_message,
+        to_messages=make_messages,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
         stopping=stop, write_starts=settler is in_flight, dedup=dedup,
         divert=None if groups is None else groups.divert)

@@ -11,6 +11,7 @@ half the messages topic's retention. Pure: no Kafka.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TypeVar
 
 from kmq.client.consumer.due_times import MAX_HOP_MS
@@ -18,6 +19,8 @@ from kmq.wire import HEADER_DELIVER_AT, now_ms
 from kmq.wire.marker_batch import Startable
 
 S = TypeVar("S", bound=Startable)
+_enqueued_at_ms = attrgetter("enqueued_at_ms")
+_record_headers = attrgetter("record_headers")
 
 
 class ReferencePolicy:
@@ -35,6 +38,8 @@ class ReferencePolicy:
         now = self._clock_ms()
         # Enqueued at or after this, a record is young enough when its deadline comes.
         oldest = now + self._timeout_ms - self._safe_age_ms
+        if messages and min(map(_enqueued_at_ms, messages)) >= oldest and not any(map(_record_headers, messages)):
+            return [], list(messages)  # young and without a due time (the common case): one pass in C
         copies: list[S] = []
         refs: list[S] = []
         for message in messages:

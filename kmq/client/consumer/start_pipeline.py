@@ -51,6 +51,7 @@ class InFlightTable(Protocol):
     """Where Started messages are kept alive until settled (kmq.client.consumer.in_flight.InFlightMessages)."""
 
     def add(self, message: Message) -> None: ...
+    def add_many(self, messages: list[Message]) -> None: ...
     def discard(self, message_id: MessageId) -> None: ...
 
 
@@ -93,6 +94,7 @@ class StartPipeline:
 
     def __init__(self, *, key: bytes, intake: Intake, writer: MarkerWriter, book: OffsetBook,
                  in_flight: InFlightTable, to_message: Callable[[Record], Message],
+                 to_messages: Callable[[list[Record]], list[Message]] | None = None,
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
                  stopping: threading.Event | None = None, write_starts: bool = True,
@@ -103,6 +105,8 @@ class StartPipeline:
         self._book = book
         self._in_flight = in_flight
         self._to_message = to_message
+        #: ``to_message`` of a whole batch (one call, one clock reading for all).
+        self._to_messages = to_messages or (lambda records: [to_message(r) for r in records])
         self._commit = commit
         self._hand_out = hand_out
         self.start_timeout_s = start_timeout_s
@@ -130,13 +134,11 @@ class StartPipeline:
     # 1. Start
 
     def start(self, records: list[Record]) -> None:
-        offsets: dict[TopicPartitionKey, int] = {}
-        own = []
+        # Comprehensions, not one loop with appends: this runs for every record read.
+        offsets: dict[TopicPartitionKey, int] = {(r.topic() or "", r.partition() or 0): (r.offset() or 0) + 1
+                                                 for r in records}
         key = self._key
-        for record in records:
-            offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
-            if record.key() == key:
-                own.append(record)
+        own = [r for r in records if r.key() == key]
         ends: list[Delivery[MessageId]] = []
         if own and self._dedup is not None:
             screened = self._dedup.screen(own)  # duplicates are Ended (deduplicated) instead of Started
@@ -150,11 +152,10 @@ class StartPipeline:
         if not own and not ends and not self._batches:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
             return
-        messages = [self._to_message(r) for r in own]
+        messages = self._to_messages(own) if own else []
         deliveries = ends
         if self._write_starts:
-            for message in messages:
-                self._in_flight.add(message)
+            self._in_flight.add_many(messages)
             deliveries += self._writer.start(messages) if messages else []
         self._batches.append(StartBatch(records, messages, offsets, deliveries))
         self.waiting += len(messages)

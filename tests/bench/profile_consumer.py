@@ -1,0 +1,104 @@
+"""Profiles the consumer's hot path: ``python -m tests.bench.profile_consumer MODE [N]`` against
+``KMQ_BOOTSTRAP_SERVERS`` (a tracker runs beside it). MODE: ``one`` (receive() + ack()), ``many`` (receive_many(500)
++ ack_many()), ``many-ack`` (receive_many(500) + ack()), ``go`` (receive() + ack() in the kafka-mq-go format).
+
+Run it under py-spy for every thread's share of the GIL (``py-spy record --gil --format raw -o out.txt -- python -m
+tests.bench.profile_consumer one``), then ``python -m tests.bench.profile_consumer top out.txt`` for the
+functions by self and total samples. Prints msgs/s from the first message to the last, and CPU µs per message.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+from kmq import Config, Service, logs
+from kmq._kafka.topics import create_topics
+from tests.bench import workloads as w
+from tests.helpers import ROOT, env_for
+
+
+def consume(mode: str, n: int) -> tuple[float, float]:
+    """msgs/s from the first message to the last, and the process's CPU µs per message meanwhile (less noisy on a
+    shared machine than the rate)."""
+    logs.configure("error")
+    base = w.group("prof")
+    config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
+                    marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq")
+    create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
+    queue = w.group("q")
+    # Sent from a process of its own: its delivery reports must not count in this process's profile.
+    sender = multiprocessing.get_context("spawn").Process(target=w.kmq_send, args=(config, queue, n, 256, False))
+    sender.start()
+    sender.join()
+    tracker = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        consumer = Service(config).queue(queue).consumer()
+        done, first, cpu_first = 0, None, 0.0
+        while done < n:
+            if mode in ("one", "go"):
+                msg = consumer.receive(0.2)
+                if msg is None:
+                    continue
+                msg.ack()
+                got = 1
+            else:
+                batch = consumer.receive_many(500, 0.2)
+                if not batch:
+                    continue
+                if mode == "many":
+                    consumer.ack_many(batch)
+                else:
+                    for msg in batch:
+                        msg.ack()
+                got = len(batch)
+            if first is None:
+                first, cpu_first = time.perf_counter(), time.process_time()
+            done += got
+        assert consumer.flush(30) == 0
+        rate = n / (time.perf_counter() - (first or 0))
+        cpu_us = (time.process_time() - cpu_first) / n * 1e6
+        consumer.close()
+        return rate, cpu_us
+    finally:
+        tracker.kill()
+        tracker.wait()
+
+
+def top(path: str, lines: int = 25) -> None:
+    """Self and total samples per function from py-spy's raw (collapsed) output."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count_text = line.rstrip().rpartition(" ")
+            count = int(count_text)
+            if "kmq_send" in stack or "create_topics" in stack or "_find_and_load" in stack:  # set-up, imports
+                continue
+            frames = [fr.split(" (")[0] + " (" + fr.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1] + ")"
+                      for fr in stack.split(";")[1:]]  # the first is the thread
+            samples += count
+            if frames:
+                own[frames[-1]] += count
+            for frame in set(frames):
+                total[frame] += count
+    print(f"{samples} samples (GIL held)\n  self%  total%  function")
+    for name, count in own.most_common(lines):
+        print(f"{100 * count / samples:6.1f} {100 * total[name] / samples:6.1f}  {name}")
+    print("\nby total:")
+    for name, count in total.most_common(lines):
+        print(f"{100 * own[name] / samples:6.1f} {100 * count / samples:6.1f}  {name}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "top":
+        top(sys.argv[2])
+    else:
+        rate, cpu_us = consume(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)
+        print(f"{sys.argv[1]}: {rate:,.0f} msgs/s, {cpu_us:.2f} CPU µs per message (all threads)")

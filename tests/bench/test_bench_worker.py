@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -215,21 +216,19 @@ def pool_cases(bootstrap: str, rounds: int = 2) -> list[Case]:
                   "tracker": "running"})]
 
 
-def test_bench_worker_processes(kafka_bootstrap: str) -> None:
+def _run(kafka_bootstrap: str, suffix: str, make_cases: Callable[[str], list[Case]]) -> None:
     logs.configure("error")
     started = time.monotonic()
-    cases = pool_cases(kafka_bootstrap)
-    out = write(ROOT / "bench-results" / (time.strftime("%Y%m%dT%H%M%S") + "-worker-processes"), cases,
+    cases = make_cases(kafka_bootstrap)
+    out = write(ROOT / "bench-results" / (time.strftime("%Y%m%dT%H%M%S") + suffix), cases,
                 {"quick": QUICK, "seconds": round(time.monotonic() - started)})
     print("\n" + markdown(cases) + f"\n\nresults in {out}")
     assert all(c.ours is not None for c in cases)
+
+
+def test_bench_worker_processes(kafka_bootstrap: str) -> None:
+    _run(kafka_bootstrap, "-worker-processes", pool_cases)
 
 
 def test_bench_worker(kafka_bootstrap: str) -> None:
-    logs.configure("error")
-    started = time.monotonic()
-    cases = worker_cases(kafka_bootstrap)
-    out = write(ROOT / "bench-results" / (time.strftime("%Y%m%dT%H%M%S") + "-worker"), cases,
-                {"quick": QUICK, "seconds": round(time.monotonic() - started)})
-    print("\n" + markdown(cases) + f"\n\nresults in {out}")
-    assert all(c.ours is not None for c in cases)
+    _run(kafka_bootstrap, "-worker", worker_cases)

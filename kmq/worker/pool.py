@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ YOUNG_S = 60.0
 #: After the children's drain and close timeouts, how long the parent waits before killing one.
 EXIT_GRACE_S = 15.0
 TICK_S = 0.5
+#: How often a child sends its counts to the parent.
+REPORT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,8 @@ class WorkerPool:
         if kind == "ready":
             child.ready, child.metrics_port = True, value
         elif kind == "counts":
-            child.counts.update(value)
+            # A snapshot of everything so far, not a delta: a child killed later keeps what it last reported.
+            child.counts = Counter(value)
 
     def _reap(self, child: _Child) -> None:
         """``child`` exited: takes its counts, says why, and starts it again unless the pool stops."""
@@ -267,6 +271,17 @@ def child_main(recipe: WorkerRecipe, conn: Connection) -> None:
     logs.configure(recipe.log_level, recipe.log_json)
     code = 0
     worker: Worker | None = None
+    sending = threading.Lock()
+    reporting = threading.Event()
+
+    def report() -> None:
+        # Every REPORT_S, so the pool's summary keeps what a child acked before a SIGKILL (bar the last tick).
+        while not reporting.wait(REPORT_S):
+            if worker is not None:
+                _send_counts(conn, sending, worker.counts)
+
+    reporter = threading.Thread(target=report, name="kmq-pool-report", daemon=True)
+    reporter.start()
     try:
         worker = Worker(recipe.config, list(recipe.queues), load_handler(recipe.handler_spec), recipe.concurrency,
                         processes=recipe.handler_processes, handler_spec=recipe.handler_spec, backoff=recipe.backoff,
@@ -278,7 +293,25 @@ def child_main(recipe: WorkerRecipe, conn: Connection) -> None:
         log.error("worker_process_failed", error=str(err))
         code = 1
     finally:
+        reporting.set()
+        reporter.join()
         if worker is not None:
-            conn.send(("counts", dict(worker.counts)))
+            _send_counts(conn, sending, worker.counts)
         conn.close()
     sys.exit(code)
+
+
+def _send_counts(conn: Connection, sending: threading.Lock, counts: Counter[str]) -> None:
+    for _ in range(3):
+        try:
+            snapshot = dict(counts)
+            break
+        except RuntimeError:  # a handler thread added a key while we copied: copy again
+            continue
+    else:
+        return
+    with sending:
+        try:
+            conn.send(("counts", snapshot))
+        except OSError:  # the parent is gone: nobody to report to
+            pass

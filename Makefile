@@ -24,8 +24,13 @@ kafka-fetch: $(STAMP)
 # The functional tests mostly wait (timeouts, group joins): four at a time on one broker (pytest-xdist).
 XDIST := -n 4 --dist loadgroup
 
+# The audit's Spark tests (about 4 min of CPU for a Spark JVM, on a 2-core machine) run in make test-audit.
 test: kafka-fetch
-	$(PY) -m pytest $(XDIST) --durations=15 tests/unit tests/functional
+	$(PY) -m pytest $(XDIST) --durations=15 -m "not spark" tests/unit tests/functional
+
+.PHONY: test-audit
+test-audit: kafka-fetch
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=10 -m spark tests/unit tests/functional
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit

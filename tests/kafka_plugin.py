@@ -85,9 +85,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook turns the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The audit's tests share one Spark session: under pytest-xdist they run in one worker.
+    # The audit's tests share one Spark session: under pytest-xdist they run in one worker, in make test-audit.
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 

@@ -120,6 +120,8 @@ class GroupMembership:
         self._monotonic = monotonic
         #: Since when (monotonic s) nothing has been held: since the subscription until the first assignment.
         self._empty_since: float | None = monotonic()
+        #: The client followed (the last one subscribed).
+        self._client: Any = None
 
     def held_nothing_for_s(self) -> float:
         """Seconds this member has held no partition (0 while it holds some)."""
@@ -127,14 +129,29 @@ class GroupMembership:
         return 0.0 if since is None else max(0.0, self._monotonic() - since)
 
     def subscribe(self, client: Any, topics: list[str]) -> None:
+        """Subscribes ``client``; a client subscribed before (replaced by its owner) is no longer followed: its
+        late rebalance callbacks only hand its partitions back."""
         self._join_watch.topics = list(topics)
+        self._client = client
         client.subscribe(topics, on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
 
     def cannot_join(self, err: KafkaError) -> KafkaClientError | None:
         """For each client error: the fatal error when the group cannot be joined, else None."""
         return self._join_watch.check(err, bool(self.assigned))
 
+    def _replaced(self, client: AssignClient, step: str, partitions: list[Any]) -> bool:
+        if client is self._client:
+            return False
+        self._log.warning("rebalance_of_replaced_consumer", group=self.group, step=step,
+                          partitions=[tp.partition for tp in partitions])
+        if step != "revoke" and step != "lost":
+            return True
+        self._guard("unassign", unassign, client, partitions, self.eager)
+        return True
+
     def _assign(self, client: AssignClient, partitions: list[Any]) -> None:
+        if self._replaced(client, "assign", partitions):
+            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         if self._guard("assign", assign, client, partitions, self.eager):
@@ -146,6 +163,8 @@ class GroupMembership:
         self._changed()
 
     def _revoke(self, client: AssignClient, partitions: list[Any]) -> None:
+        if self._replaced(client, "revoke", partitions):
+            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         if self._on_revoking is not None:
@@ -154,6 +173,8 @@ class GroupMembership:
         self._log.info("partitions_revoked", group=self.group, partitions=numbers)
 
     def _lost(self, client: AssignClient, partitions: list[Any]) -> None:
+        if self._replaced(client, "lost", partitions):
+            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         self._drop(client, partitions, numbers, lost=True)

@@ -17,6 +17,12 @@ from kmq.config import Config
 from kmq.metrics_http import GROUP_CHECK_S, Cached, Health, Pulse, Unassigned, first_problem
 from kmq.topic_sets import TopicSet
 
+#: What the coordinator's answer must have said for this long beyond the session timeout (librdkafka's own rejoin
+#: waits for the coordinator to expire the old session) before the tracker makes a new group consumer.
+REJOIN_MARGIN_S = 5.0
+#: needed()'s answer for a replica its coordinator does not count as a member.
+OUT_OF_GROUP = "out of group"
+
 #: The loop turns at least every IDLE_POLL_S; a rebalance callback may hold it for two offset queries (5 s each)
 #: per partition assigned. Past this (librdkafka's own max.poll.interval.ms), it is stuck.
 LOOP_STALL_S = 300.0
@@ -36,7 +42,12 @@ class TrackerHealth:
         self._broker = broker
         self._stopping = stopping
         self._exit_after_ms = config.unassigned_exit_ms
-        needed = Cached(self.needed, GROUP_CHECK_S, monotonic)
+        needed = self._cached_needed = Cached(self.needed, GROUP_CHECK_S, monotonic)
+        self._held_nothing_for_s = held_nothing_for_s
+        self._monotonic = monotonic
+        self._session_s = config.session_timeout_ms / 1000
+        #: Since when the coordinator has said this replica is out of its group (None: not seen so).
+        self._out_since: float | None = None
         self._unready = Unassigned(held_nothing_for_s, needed, config.unassigned_unhealthy_ms / 1000)
         self._gone = Unassigned(held_nothing_for_s, needed, config.unassigned_exit_ms / 1000)
         #: Beaten by the loop each turn.
@@ -49,7 +60,7 @@ class TrackerHealth:
             return None
         member = self._member_id()
         if member is None or member not in view.members:
-            return f"out of group {self._group!r} while markers partitions {view.unserved} have no tracker"
+            return f"{OUT_OF_GROUP} {self._group!r} while markers partitions {view.unserved} have no tracker"
         return f"holds no markers partition while {view.unserved} of {self._topic!r} have no tracker"
 
     def ready(self) -> str | None:
@@ -65,6 +76,31 @@ class TrackerHealth:
     def stalled(self) -> str | None:
         """The loop has not turned for LOOP_STALL_S (blocked in a call that does not return), else None."""
         return None if self._stopping() else self.pulse()
+
+    def rejoin_reason(self) -> str | None:
+        """Why this replica must replace its group consumer now, or None (asked by its loop).
+
+        librdkafka's member rejoins by itself after its session was lost, once the coordinator has expired it; but
+        after a broker freeze it may stay out for good (issue #31: a lost assignment while a rebalance was under
+        way). So once the coordinator has said for the session timeout plus REJOIN_MARGIN_S that this replica is
+        not a member while markers partitions have no tracker, a new consumer joins afresh (and again after as long
+        if that one stays out too). A replica that holds partitions, or that the broker cannot describe, is left
+        alone."""
+        if self._stopping() or self._held_nothing_for_s() < self._session_s:
+            self._out_since = None
+            return None
+        why = self._cached_needed()
+        if why is None or not why.startswith(OUT_OF_GROUP):
+            self._out_since = None
+            return None
+        now = self._monotonic()
+        if self._out_since is None:
+            self._out_since = now
+        out_s = now - self._out_since
+        if out_s < self._session_s + REJOIN_MARGIN_S:
+            return None
+        self._out_since = None
+        return f"{why}, for {out_s:.0f} s by its coordinator's account"
 
     def exit_reason(self) -> str | None:
         """Why this tracker must exit now (asked by its loop), or None."""

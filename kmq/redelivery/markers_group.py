@@ -12,6 +12,7 @@ every commit in flight has an answer).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,8 @@ BATCH = 1000
 MIN_COMMIT_INTERVAL_S = 0.1
 #: How often the tracker says it cannot reach the broker.
 COMPLAIN_EVERY_S = 5.0
+#: How long a rejoin waits for the old consumer to leave its group before going on without it.
+OLD_CONSUMER_CLOSE_S = 10.0
 
 
 class MarkersGroup:
@@ -64,12 +67,16 @@ class MarkersGroup:
             join_bound_s=config.connect_timeout_ms / 1000, on_assigned=self._on_assigned,
             on_revoking=lambda partitions: self.commit(partitions, wait=True), on_dropped=self._on_dropped,
             monotonic=monotonic)
-        self.consumer = consumer_for({
+        self._consumer_for = consumer_for
+        self._settings: dict[str, Any] = {
             **_kafka.consumer_settings(config.replace(client_id=""), topics.tracker_group, client_id),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "error_cb": self._on_client_error, "on_commit": self._on_commit,
-        })
+        }
+        self.consumer = consumer_for(self._settings)
         self.membership.subscribe(self.consumer, [self._topic])
+        #: Group consumers made again because the coordinator kept this replica out of its group.
+        self.rejoins = 0
 
     def consume(self, timeout_s: float) -> list[Any]:
         """Up to BATCH records within ``timeout_s`` (rebalance callbacks run in here)."""
@@ -140,11 +147,22 @@ class MarkersGroup:
             log.warning("tracker_waiting_for_kafka", bootstrap_servers=self._bootstrap_servers,
                         error=err.str(), code=err.name(), assigned=sorted(self._owned))
 
+    def rejoin(self, reason: str) -> None:
+        """Replaces the group consumer, which holds nothing, with a new one that joins the group afresh (see
+        TrackerHealth.rejoin_reason). The old one leaves (in the background: it may hang), and any rebalance callback
+        it still runs is ignored (GroupMembership follows the new one)."""
+        self.rejoins += 1
+        log.warning("tracker_rejoining", group=self.membership.group, reason=reason, rejoins=self.rejoins)
+        old = self.consumer
+        closer = threading.Thread(target=_close, args=(old,), name="kmq-tracker-old-consumer", daemon=True)
+        closer.start()
+        closer.join(OLD_CONSUMER_CLOSE_S)
+        self._sent.clear()
+        self.consumer = self._consumer_for(self._settings)
+        self.membership.subscribe(self.consumer, [self._topic])
+
     def close(self) -> None:
-        try:
-            self.consumer.close()
-        except Exception as err:  # noqa: BLE001 - closing: nothing left to save
-            log.warning("tracker_close_failed", error=describe(err))
+        _close(self.consumer)
 
     # --- rebalances (GroupMembership calls these inside consume(), on the loop thread) -----------------
 
@@ -159,6 +177,13 @@ class MarkersGroup:
         self._owned.dropped(partitions)
         for p in partitions:
             self._sent.pop(p, None)
+
+
+def _close(consumer: GroupClient) -> None:
+    try:
+        consumer.close()
+    except Exception as err:  # noqa: BLE001 - closing: nothing left to save
+        log.warning("tracker_close_failed", error=describe(err))
 
 
 def describe(err: BaseException) -> str:

@@ -23,6 +23,8 @@ class TrackerMetrics:
                                   "be read back for a Start by reference (deleted by retention, compacted)",
                                   ["queue"], registry=r)
         self.malformed = Counter("kmq_malformed_markers", "Markers-topic records skipped as malformed", registry=r)
+        self.rejoins = Counter("kmq_tracker_rejoins", "Group consumers made again because the group coordinator kept "
+                               "this replica out of its group while markers partitions had no tracker", registry=r)
         self.in_flight = Gauge("kmq_in_flight", "Messages started and not ended, per queue", ["queue"], registry=r)
         self.oldest_age = Gauge("kmq_oldest_in_flight_age_seconds", "Age of the oldest in-flight message",
                                 ["queue"], registry=r)

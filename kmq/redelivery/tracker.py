@@ -167,6 +167,7 @@ class RedeliveryTracker:
         if self._publisher is not None:
             self._publisher.maybe_publish(self._owned, self._group.lag_of)
         self._health.pulse.beat()
+        self._rejoin_if_out_of_group()
         self._exit_if_out_of_work()
 
     def _wait_s(self) -> float:
@@ -195,6 +196,13 @@ class RedeliveryTracker:
         return part.clock.now_ms() if part else None
 
     # --- the group --------------------------------------------------------------------------------------
+
+    def _rejoin_if_out_of_group(self) -> None:
+        """Kept out of its group by its coordinator past librdkafka's own rejoin: a new group consumer joins."""
+        reason = self._health.rejoin_reason()
+        if reason is not None:
+            self.metrics.rejoins.inc()
+            self._group.rejoin(reason)
 
     def _exit_if_out_of_work(self) -> None:
         """A replica out of its group (or given nothing) while markers partitions have no tracker, for longer than

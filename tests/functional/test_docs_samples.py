@@ -270,6 +270,7 @@ def test_dramatiq_sample(kmq_config: ConfigFactory, workdir: Path) -> None:
 
 
 @pytest.mark.timeout(600)  # a Spark job of its own (not test_audit.py's session): not in that xdist group
+@pytest.mark.spark
 def test_audit_sample(kmq_config: ConfigFactory, workdir: Path) -> None:
     pytest.importorskip("pyspark")
     config = kmq_config()

@@ -118,6 +118,51 @@ def test_a_tracker_that_lost_its_partitions_to_an_empty_group_says_so_then_exits
     assert [e["event"] for e in logs if e["log_level"] == "error"] == ["tracker_fatal"]
 
 
+class RejoinClients(FakeClients):
+    """Hands out a new group client each time one is asked for (a tracker replacing its consumer)."""
+
+    def __init__(self, *groups: FakeGroupClient) -> None:
+        super().__init__(groups[0])
+        self.handed: list[FakeGroupClient] = []
+        self._next = list(groups)
+
+    def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
+        self.settings = settings
+        self.handed.append(self._next.pop(0))
+        return self.handed[-1]
+
+
+def test_a_tracker_its_coordinator_keeps_out_of_the_group_joins_again_with_a_new_consumer(
+        monkeypatch: Any) -> None:
+    import kmq.redelivery.health as health
+
+    monkeypatch.setattr(health, "REJOIN_MARGIN_S", 0.5)
+    # Given a tracker holding all three partitions, whose group client loses them and never joins again
+    stuck, fresh = FakeGroupClient("mk", partitions=3), FakeGroupClient("mk", partitions=3)
+    clients = RejoinClients(stuck, fresh)
+    admin = FakeGroupAdmin(_view({"member-1"}, {0, 1, 2}))
+    stuck.rebalance("assign", [0, 1, 2])
+    config = _config(consumer_kafka={"session.timeout.ms": "300"})
+    tracker = RedeliveryTracker(config, clients=clients, stop_timeout_s=1.0, group_admin=admin)
+    with capture_logs() as logs, running(tracker):
+        assert wait_for(lambda: len(tracker.partitions) == 3)
+        stuck.member_id = None
+        admin.answer = _view(set(), set())
+        stuck.rebalance("lost", [0, 1, 2])
+        assert wait_for(lambda: not tracker.partitions)
+        # When the coordinator has said so for the session timeout and the margin (librdkafka's own rejoin)
+        fresh.rebalance("assign", [0, 1, 2])
+        # Then a new group consumer joins and gets the partitions back; the stuck one is closed; no exit
+        assert wait_for(lambda: len(tracker.partitions) == 3, timeout_s=8), [e["event"] for e in logs]
+        admin.answer = _view({"member-2"}, {0, 1, 2})
+        assert clients.handed == [stuck, fresh] and stuck.closed and not tracker.stopped
+        assert tracker.liveness() is None
+    rejoining = [e for e in logs if e["event"] == "tracker_rejoining"]
+    assert len(rejoining) == 1 and rejoining[0]["log_level"] == "warning"
+    assert rejoining[0]["reason"].startswith("out of group 'kafka-mq-redelivery' while markers partitions [0, 1, 2]")
+    assert tracker.metrics.rejoins._value.get() == 1
+
+
 def test_a_standby_replica_holding_nothing_while_others_serve_every_partition_is_healthy() -> None:
     group = FakeGroupClient("mk", partitions=3)
     admin = FakeGroupAdmin(_view({"member-1", "member-2"}, {0, 1, 2}))

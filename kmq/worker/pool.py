@@ -14,6 +14,7 @@ a restarted child takes its predecessor's messages over at once); a ``{process}`
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import threading
@@ -310,8 +311,6 @@ def _send_counts(conn: Connection, sending: threading.Lock, counts: Counter[str]
             continue
     else:
         return
-    with sending:
-        try:
-            conn.send(("counts", snapshot))
-        except OSError:  # the parent is gone: nobody to report to
-            pass
+    # OSError: the parent is gone, nobody to report to.
+    with sending, contextlib.suppress(OSError):
+        conn.send(("counts", snapshot))

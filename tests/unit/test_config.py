@@ -130,6 +130,14 @@ def test_the_messages_producers_take_producer_kafka_and_it_cannot_override_what_
         Config(**BASE, producer_kafka={"enable.idempotence": False})
 
 
+def test_producers_time_a_request_out_after_10_s_unless_the_config_says_otherwise() -> None:
+    from kmq._kafka.settings import markers_producer_settings, messages_producer_settings
+
+    for make in (markers_producer_settings, messages_producer_settings):
+        assert make(Config(**BASE), "p")["request.timeout.ms"] == 10_000
+        assert make(Config(**BASE, kafka={"request.timeout.ms": "30000"}), "p")["request.timeout.ms"] == "30000"
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("bootstrap_servers: a:1\nno_such_key: 1\n", "no_such_key: unknown configuration key"),
     ("bootstrap_servers: [a\n", "not valid YAML"),

@@ -20,6 +20,8 @@ LEVELS = ("debug", "info", "warning", "error", "critical")
 LIBRDKAFKA_REPEAT_S = 30.0
 #: librdkafka facilities that are noise to a kmq user (e.g. "BGQUEUE Purging 1 unserved events" at close).
 LIBRDKAFKA_QUIET = frozenset({"BGQUEUE"})
+#: Set by configure() at debug level: no repeat limit, and librdkafka's debug lines too.
+_every_librdkafka_line = False
 _LINE = re.compile(r"^(?P<fac>\S+) \[(?P<client>[^\]]*)\] \[[^\]]*\]: (?P<text>.*)$", re.S)
 
 
@@ -34,6 +36,9 @@ def configure(level: str = "info", json: bool = False) -> None:
     if level.lower() not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
     numeric = logging.getLevelNamesMapping()[level.upper()]
+    global _every_librdkafka_line
+    # At debug, librdkafka's debug lines (its `debug` setting: cgrp, broker, …) come through, each of them.
+    _every_librdkafka_line = numeric <= logging.DEBUG
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s")
     renderer: structlog.typing.Processor = (structlog.processors.JSONRenderer() if json
                                             else structlog.processors.LogfmtRenderer(sort_keys=False))
@@ -54,14 +59,16 @@ def configure(level: str = "info", json: bool = False) -> None:
 class LibrdkafkaLines(logging.Handler):
     """Turns librdkafka's log lines (handed to a Python logger by confluent-kafka) into structlog events, one per
     facility and client per ``LIBRDKAFKA_REPEAT_S``: a broker outage makes each client say "Connection refused"
-    many times a second.
+    many times a second. At debug level (``configure("debug")``) every line comes through, librdkafka's debug lines
+    too: set librdkafka's ``debug`` (for example ``KMQ_CONSUMER_KAFKA_DEBUG=cgrp``) to see a group's state machine.
 
     They are diagnostics, logged at info with librdkafka's own level as ``rdkafka_level`` (critical ones stay
     errors): what they cause, kmq reports itself (a one-line error, a rate-limited ``kafka_client_error``).
     """
 
-    def __init__(self, monotonic: Any = time.monotonic) -> None:
+    def __init__(self, monotonic: Any = time.monotonic, repeat_s: float = LIBRDKAFKA_REPEAT_S) -> None:
         super().__init__(logging.DEBUG)
+        self._repeat_s = repeat_s
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._last: dict[tuple[str, str], float] = {}
@@ -79,7 +86,7 @@ class LibrdkafkaLines(logging.Handler):
         key = (fac, client)
         with self._lock:
             now = self._monotonic()
-            if now - self._last.get(key, -LIBRDKAFKA_REPEAT_S) < LIBRDKAFKA_REPEAT_S:
+            if now - self._last.get(key, -self._repeat_s) < self._repeat_s:
                 self._held[key] = self._held.get(key, 0) + 1
                 return
             self._last[key] = now
@@ -95,7 +102,7 @@ def librdkafka_logger() -> logging.Logger:
     """The logger every kmq Kafka client is given (``logger`` setting): its lines go through structlog."""
     logger = logging.getLogger("kmq.librdkafka")
     if not any(isinstance(h, LibrdkafkaLines) for h in logger.handlers):
-        logger.addHandler(LibrdkafkaLines())
+        logger.addHandler(LibrdkafkaLines(repeat_s=0.0 if _every_librdkafka_line else LIBRDKAFKA_REPEAT_S))
         logger.propagate = False  # else the root handler prints the raw line as well
-        logger.setLevel(logging.WARNING)
+        logger.setLevel(logging.DEBUG if _every_librdkafka_line else logging.WARNING)
     return logger

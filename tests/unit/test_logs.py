@@ -49,3 +49,14 @@ def test_a_library_user_who_configures_nothing_gets_kmq_logs_on_stderr_never_std
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout == ""
     assert "kmq_says" in result.stderr and "where=stderr" in result.stderr
+
+
+def test_at_debug_level_every_librdkafka_line_comes_through_its_debug_lines_too() -> None:
+    import subprocess
+    import sys
+
+    code = ("import logging\nfrom kmq import logs\nlogs.configure('debug')\nlogger = logs.librdkafka_logger()\n"
+            "for _ in range(3):\n"
+            "    logger.debug('CGRPSTATE [rdkafka#consumer-1] [thrd:main]: Group \"g\" changed join state')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stderr.count("changed join state") == 3, result.stderr

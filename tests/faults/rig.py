@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
 import sys
 import threading
@@ -121,8 +122,12 @@ class Rig:
 
     def _spawn(self, name: str, args: list[str], ns: Namespace | None, *, restart: bool = False) -> Supervised:
         port = free_port()
+        env = self._env(ns)
+        if name == "tracker" and os.environ.get("FAULT_DEBUG"):
+            # FAULT_DEBUG=cgrp: the tracker's group consumer's join states, every line, in its log.
+            env.update(KMQ_LOG_LEVEL="debug", KMQ_CONSUMER_KAFKA_DEBUG=os.environ["FAULT_DEBUG"])
         proc = Supervised(name, [sys.executable, *args, "--metrics-port", str(port)], self.dir / f"{name}.log",
-                          self._env(ns), ns, f"127.0.0.1:{port}", restart=restart, cwd=ROOT)
+                          env, ns, f"127.0.0.1:{port}", restart=restart, cwd=ROOT)
         self.procs[name] = proc.start()
         return proc
 

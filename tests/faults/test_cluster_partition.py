@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kmq import Config
+from kmq._kafka.settings import PRODUCER_DEFAULTS
 from kmq.testing.cluster import LocalCluster
 from kmq.testing.faults.netns import Lab
 from tests.faults.rig import REDELIVERY_TIMEOUT_MS, SESSION_TIMEOUT_MS, Rig
@@ -24,8 +25,8 @@ from tests.faults.test_faults import _checked, _within_bound
 
 pytestmark = pytest.mark.timeout(900)
 
-#: librdkafka's request.timeout.ms (a producer's default).
-REQUEST_TIMEOUT_S = 30.0
+#: kmq's producers' request.timeout.ms.
+REQUEST_TIMEOUT_S = PRODUCER_DEFAULTS["request.timeout.ms"] / 1000
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_one_broker_cut_off_from_the_other_two(lab: Lab, split_cluster: LocalClu
         rig.stop_all()
     _checked(verdict, results)
     # A broker cut off (not crashed) answers nothing, so every write in flight to it when the link went down waits
-    # librdkafka's request.timeout.ms (30 s) before it goes to the new leader (a Start batch then fails and is made
+    # the producers' request.timeout.ms (10 s) before it goes to the new leader (a Start batch then fails and is made
     # again): recovery may add that much.
     _within_bound(verdict, 30, since_fault_start=False, extra_s=REQUEST_TIMEOUT_S)
     during = [h for name in ("worker-1", "worker-2", "tracker") for h in verdict.health_during.get(name, [])]

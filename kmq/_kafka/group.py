@@ -120,8 +120,8 @@ class GroupMembership:
         self._monotonic = monotonic
         #: Since when (monotonic s) nothing has been held: since the subscription until the first assignment.
         self._empty_since: float | None = monotonic()
-        #: The client followed (the last one subscribed).
-        self._client: Any = None
+        #: How many clients were subscribed: callbacks of an earlier one are not followed.
+        self._subscriptions = 0
 
     def held_nothing_for_s(self) -> float:
         """Seconds this member has held no partition (0 while it holds some)."""
@@ -132,26 +132,33 @@ class GroupMembership:
         """Subscribes ``client``; a client subscribed before (replaced by its owner) is no longer followed: its
         late rebalance callbacks only hand its partitions back."""
         self._join_watch.topics = list(topics)
-        self._client = client
-        client.subscribe(topics, on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
+        self._subscriptions += 1
+        mine = self._subscriptions
+
+        def step(follow: Callable[[AssignClient, list[Any]], None], name: str) -> Callable[..., None]:
+            # Told apart by subscription, not by the client object: confluent-kafka passes its own Consumer, which
+            # an owner may have wrapped.
+            def callback(client: AssignClient, partitions: list[Any]) -> None:
+                if mine == self._subscriptions:
+                    follow(client, partitions)
+                else:
+                    self._replaced(client, name, partitions)
+            return callback
+
+        client.subscribe(topics, on_assign=step(self._assign, "assign"), on_revoke=step(self._revoke, "revoke"),
+                         on_lost=step(self._lost, "lost"))
 
     def cannot_join(self, err: KafkaError) -> KafkaClientError | None:
         """For each client error: the fatal error when the group cannot be joined, else None."""
         return self._join_watch.check(err, bool(self.assigned))
 
-    def _replaced(self, client: AssignClient, step: str, partitions: list[Any]) -> bool:
-        if client is self._client:
-            return False
+    def _replaced(self, client: AssignClient, step: str, partitions: list[Any]) -> None:
         self._log.warning("rebalance_of_replaced_consumer", group=self.group, step=step,
                           partitions=[tp.partition for tp in partitions])
-        if step != "revoke" and step != "lost":
-            return True
-        self._guard("unassign", unassign, client, partitions, self.eager)
-        return True
+        if step != "assign":
+            self._guard("unassign", unassign, client, partitions, self.eager)
 
     def _assign(self, client: AssignClient, partitions: list[Any]) -> None:
-        if self._replaced(client, "assign", partitions):
-            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         if self._guard("assign", assign, client, partitions, self.eager):
@@ -163,8 +170,6 @@ class GroupMembership:
         self._changed()
 
     def _revoke(self, client: AssignClient, partitions: list[Any]) -> None:
-        if self._replaced(client, "revoke", partitions):
-            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         if self._on_revoking is not None:
@@ -173,8 +178,6 @@ class GroupMembership:
         self._log.info("partitions_revoked", group=self.group, partitions=numbers)
 
     def _lost(self, client: AssignClient, partitions: list[Any]) -> None:
-        if self._replaced(client, "lost", partitions):
-            return
         self.rebalances += 1
         numbers = [tp.partition for tp in partitions]
         self._drop(client, partitions, numbers, lost=True)

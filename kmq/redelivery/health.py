@@ -81,8 +81,8 @@ class TrackerHealth:
         """Why this replica must replace its group consumer now, or None (asked by its loop).
 
         librdkafka's member rejoins by itself after its session was lost, once the coordinator has expired it; but
-        after a broker freeze it may stay out for good (issue #31: a lost assignment while a rebalance was under
-        way). So once the coordinator has said for the session timeout plus REJOIN_MARGIN_S that this replica is
+        after a broker freeze it has stayed out for 60 s and more (issue #31; its race inside librdkafka is not
+        pinned down). So once the coordinator has said for the session timeout plus REJOIN_MARGIN_S that this replica is
         not a member while markers partitions have no tracker, a new consumer joins afresh (and again after as long
         if that one stays out too). A replica that holds partitions, or that the broker cannot describe, is left
         alone."""

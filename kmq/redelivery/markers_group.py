@@ -157,6 +157,9 @@ class MarkersGroup:
         closer = threading.Thread(target=_close, args=(old,), name="kmq-tracker-old-consumer", daemon=True)
         closer.start()
         closer.join(OLD_CONSUMER_CLOSE_S)
+        if closer.is_alive():
+            log.warning("tracker_old_consumer_not_closed", seconds=OLD_CONSUMER_CLOSE_S,
+                        detail="left to close in the background")
         self._sent.clear()
         self.consumer = self._consumer_for(self._settings)
         self.membership.subscribe(self.consumer, [self._topic])

@@ -50,7 +50,9 @@ class KafkaGroupAdmin:
 
     def _client(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(base_settings(self._config, "kmq-health"))
+            # A health probe wants a fresh answer once the broker is back, not one after librdkafka's reconnect
+            # backoff (up to 10 s after an outage).
+            self._admin = AdminClient({"reconnect.backoff.max.ms": 1000, **base_settings(self._config, "kmq-health")})
         return self._admin
 
     def view(self, group: str, topic: str, timeout_s: float) -> GroupView | None:

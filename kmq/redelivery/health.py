@@ -17,8 +17,9 @@ from kmq.config import Config
 from kmq.metrics_http import GROUP_CHECK_S, Cached, Health, Pulse, Unassigned, first_problem
 from kmq.topic_sets import TopicSet
 
-#: What the coordinator's answer must have said for this long beyond the session timeout (librdkafka's own rejoin
-#: waits for the coordinator to expire the old session) before the tracker makes a new group consumer.
+#: How long the coordinator must have said that this replica is not a member (two of its answers, GROUP_CHECK_S
+#: apart) before the tracker makes a new group consumer. A member that is joining is listed: one left out this long
+#: is not joining.
 REJOIN_MARGIN_S = 5.0
 #: needed()'s answer for a replica its coordinator does not count as a member.
 OUT_OF_GROUP = "out of group"
@@ -80,12 +81,11 @@ class TrackerHealth:
     def rejoin_reason(self) -> str | None:
         """Why this replica must replace its group consumer now, or None (asked by its loop).
 
-        librdkafka's member rejoins by itself after its session was lost, once the coordinator has expired it; but
-        after a broker freeze it has stayed out for 60 s and more (issue #31; its race inside librdkafka is not
-        pinned down). So once the coordinator has said for the session timeout plus REJOIN_MARGIN_S that this replica is
-        not a member while markers partitions have no tracker, a new consumer joins afresh (and again after as long
-        if that one stays out too). A replica that holds partitions, or that the broker cannot describe, is left
-        alone."""
+        librdkafka's member rejoins by itself after its session was lost; but after a broker freeze it has stayed out
+        for 30 s and more (issue #31; its race inside librdkafka is not pinned down). So once this replica has held
+        nothing for the session timeout and the coordinator has said for REJOIN_MARGIN_S that it is not a member
+        while markers partitions have no tracker, a new consumer joins afresh (and again after as long if that one
+        stays out too). A replica that holds partitions, or that the broker cannot describe, is left alone."""
         if self._stopping() or self._held_nothing_for_s() < self._session_s:
             self._out_since = None
             return None
@@ -97,7 +97,7 @@ class TrackerHealth:
         if self._out_since is None:
             self._out_since = now
         out_s = now - self._out_since
-        if out_s < self._session_s + REJOIN_MARGIN_S:
+        if out_s < REJOIN_MARGIN_S:
             return None
         self._out_since = None
         return f"{why}, for {out_s:.0f} s by its coordinator's account"

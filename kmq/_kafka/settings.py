@@ -21,17 +21,21 @@ def base_settings(config: Config, client_id: str) -> dict[str, Any]:
     return settings
 
 
-#: librdkafka's broker thread spins while a partition's messages wait behind the idempotent producer's five in-flight
-#: requests to a leader that answers nothing (a broker cut off, not crashed: the connection looks up), until the first
-#: of them times out and the connection is taken down (socket.max.fails 1). 10 s instead of 30 s bounds that spin,
-#: and sends the writes to the new leader 20 s sooner; a broker taking longer than 10 s to acknowledge a produce
-#: request is retried, with no duplicate (idempotence). ``kafka`` in the config overrides it.
-PRODUCER_DEFAULTS: dict[str, Any] = {"request.timeout.ms": 10_000}
+#: A request to a broker that answers nothing (frozen, or cut off: its connection still looks up) waits librdkafka's
+#: socket.timeout.ms, 60 s, before it fails and the connection is taken down; only then do a produce request's messages
+#: go to the new leader (``request.timeout.ms`` is not that: it is the broker's own wait for its replicas). Meanwhile a
+#: Start batch behind it is not acknowledged (the worker's hand-out stops), an idempotent producer's broker thread
+#: wakes again and again for the messages queued behind its five requests in flight, and a consumer's offset commit
+#: holds a member whose assignment was lost out of its group (librdkafka rejoins only once every commit in flight is
+#: answered). 10 s bounds each of these; group requests (join, sync, heartbeat) keep their own session-based
+#: timeouts, and a fetch waits this plus fetch.wait.max.ms. ``kafka`` in the config overrides it.
+#: A produce request given up on is sent again, and idempotence keeps the broker from writing it twice.
+CLIENT_DEFAULTS: dict[str, Any] = {"socket.timeout.ms": 10_000}
 
 
 def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
     return {
-        **PRODUCER_DEFAULTS,
+        **CLIENT_DEFAULTS,
         **base_settings(config, client_id),
         "enable.idempotence": True,
         # kafka-mq-go spreads one queue over all partitions; Python's default would pin a queue to one. A Producer
@@ -45,7 +49,7 @@ def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]
 
 def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
     return {
-        **PRODUCER_DEFAULTS,
+        **CLIENT_DEFAULTS,
         **base_settings(config, client_id),
         "enable.idempotence": True,  # implies acks=all and keeps a queue's markers in order across retries
         "partitioner": "murmur2_random",  # Java-compatible: a queue's markers share one partition with Go's
@@ -59,6 +63,7 @@ def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
 
 def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, Any]:
     settings = {
+        **CLIENT_DEFAULTS,
         **base_settings(config, client_id),
         "group.id": group,
         "auto.offset.reset": "earliest",

@@ -72,10 +72,10 @@ class Expiry:
                     self._probes.send(p)
             for item in part.state.take_expired(now_ms):
                 if purges and (item.enqueued_at_ms or item.start_timestamp_ms) < purges.get(item.queue, 0):
-                    attempts.append(Attempt(p, item, dead_letter=False, purged=True))
+                    attempts.append(Attempt(p, item, dead_letter=False, purged=True, holding=part.holding))
                     continue
                 dead = 0 < self._max_deliveries <= (item.delivery_count or 1) and not item.returned
-                attempts.append(Attempt(p, item, dead))
+                attempts.append(Attempt(p, item, dead, holding=part.holding))
         return attempts
 
     def wait_s(self) -> float | None:

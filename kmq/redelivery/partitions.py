@@ -5,11 +5,17 @@ and its end offset (where the rebuild ends) are known; records read meanwhile wa
 a Partition with a fresh PartitionState and DeadlineClock, fed every record from the committed offset; nothing is
 redelivered from it yet (a half-replayed log would fire messages whose End is just ahead). **Caught up** once its
 next offset reaches that end offset: its deadlines fire. Dropped on revoke or loss (the next owner rebuilds it).
-Loop thread only.
+
+Each holding of a partition has a number of its own, so work begun under one holding (a redelivery reading its
+record back when the partition was lost) is told apart from the next holding of the same partition, which rebuilds
+it and fires the same message afresh. A partition given back while this replica still has writes of an earlier
+holding in flight (a copy or an End on its way to a broker cut off) stays pending until they are answered, at most
+HOLD_BACK_S: its rebuild then reads those Ends, instead of firing the messages again. Loop thread only.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +31,9 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: How often a pending partition whose offsets could not be read is tried again.
 RETRY_INIT_S = 1.0
+#: The longest a partition given back stays pending for writes of an earlier holding still in flight (a produce
+#: request to a broker cut off waits kmq's request timeout, 10 s, then goes to the new leader).
+HOLD_BACK_S = 20.0
 
 
 class OffsetsClient(Protocol):
@@ -41,6 +50,8 @@ class Partition:
     #: The end offset seen when the rebuild began: caught up once the state's next offset reaches it.
     catch_up_to: int
     assigned_at: float
+    #: This holding's number (see the module's docstring).
+    holding: int = 0
     caught_up: bool = False
     markers_read: int = 0
     #: How far its deadlines may fire on evidence that the log is read up to there (kmq.redelivery.horizon).
@@ -51,12 +62,17 @@ class OwnedPartitions:
     """The partitions held, by number, and the pending ones with their waiting records."""
 
     def __init__(self, use_now_if_no_marker_seen_ms: int, monotonic: Monotonic,
-                 topic_partition: Callable[[int], Any]) -> None:
+                 topic_partition: Callable[[int], Any], writing: Callable[[int], bool] = lambda _p: False) -> None:
         self._use_now_ms = use_now_if_no_marker_seen_ms
         self._monotonic = monotonic
         self._topic_partition = topic_partition
+        #: Whether writes made for a partition (under an earlier holding) are still in flight.
+        self._writing = writing
         self._held: dict[int, Partition] = {}
         self._pending: dict[int, list[Any]] = {}
+        self._pending_since: dict[int, float] = {}
+        self._held_back: set[int] = set()
+        self._holdings = itertools.count(1)
         self._last_init_try = -RETRY_INIT_S
 
     def __contains__(self, partition: object) -> bool:
@@ -74,6 +90,11 @@ class OwnedPartitions:
     def get(self, partition: int) -> Partition | None:
         return self._held.get(partition)
 
+    def holds(self, partition: int, holding: int) -> bool:
+        """Whether ``partition`` is held now under that holding (not lost, nor lost and given back since)."""
+        part = self._held.get(partition)
+        return part is not None and part.holding == holding
+
     @property
     def any_held_or_pending(self) -> bool:
         return bool(self._held or self._pending)
@@ -83,11 +104,14 @@ class OwnedPartitions:
     def assigned(self, partitions: list[int]) -> None:
         for p in partitions:
             self._pending[p] = []
+            self._pending_since[p] = self._monotonic()
 
     def dropped(self, partitions: list[int]) -> None:
         for p in partitions:
             self._held.pop(p, None)
             self._pending.pop(p, None)
+            self._pending_since.pop(p, None)
+            self._held_back.discard(p)
 
     def route(self, record: Any) -> Partition | None:
         """The Partition a record feeds, or None: kept for later while its partition is pending, else dropped
@@ -108,6 +132,12 @@ class OwnedPartitions:
         self._last_init_try = self._monotonic()
         ready: list[Any] = []
         for p in list(self._pending):
+            if self._writing(p) and self._monotonic() - self._pending_since[p] < HOLD_BACK_S:
+                if p not in self._held_back:
+                    self._held_back.add(p)
+                    log.info("partition_held_back", partition=p, reason="writes of its last holding in flight",
+                             at_most_s=HOLD_BACK_S)
+                continue
             tp = self._topic_partition(p)
             try:
                 committed = client.committed([tp], timeout=5)[0].offset
@@ -118,8 +148,10 @@ class OwnedPartitions:
                 continue
             state = PartitionState(p, next_offset=committed if committed >= 0 else low)
             self._held[p] = Partition(state, DeadlineClock(self._use_now_ms, self._monotonic), high,
-                                      self._monotonic())
+                                      self._monotonic(), next(self._holdings))
             ready += self._pending.pop(p)
+            del self._pending_since[p]
+            self._held_back.discard(p)
         return ready
 
     # --- the catch-up gate -----------------------------------------------------------------------------------

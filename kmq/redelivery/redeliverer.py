@@ -5,15 +5,18 @@ record that is not there any more makes the copy a dead letter with UNREADABLE_R
 produces the expired message's payload again (to the messages topic, or to the dead-letter topic once it
 has had ``max_deliveries``); END writes an End marker for the old id, so no tracker redelivers it again; reading
 that End back removes the message from the partition state. A failed step is retried with backoff, never
-dropped; a step whose partition is no longer ours is dropped, because the new owner replays the Start. In the
-``kmq`` marker format the Ends of one poll are written as one record per queue.
+dropped. A READ or COPY whose partition is no longer held under the holding that fired it is dropped, because the
+next holder (another replica, or this one after a loss) replays the Start and redelivers it; a copy already made
+still gets its End, whoever holds the partition now, so the next holder reads it instead of copying again (and
+OwnedPartitions holds a partition given back while such writes are in flight). In the ``kmq`` marker format the Ends
+of one poll are written as one record per queue.
 """
 
 from __future__ import annotations
 
 import enum
 import queue as stdqueue
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,6 +52,8 @@ class Attempt:
     partition: int
     item: InFlight
     dead_letter: bool
+    #: The holding of the partition that fired it (kmq.redelivery.partitions).
+    holding: int = 0
     #: Purged (``kmq purge``): no copy, just an End.
     purged: bool = False
     #: Why its record could not be read back (a Start by reference): dead-lettered without a payload.
@@ -92,6 +97,8 @@ class Redeliverer:
         self._reads: stdqueue.SimpleQueue[tuple[Attempt, Outcome]] = stdqueue.SimpleQueue()
         #: Produce calls whose delivery report has not come back.
         self.outstanding = 0
+        #: Partition → attempts with a copy or an End produced and not answered.
+        self._writes: Counter[int] = Counter()
         #: Records asked of the reader and not answered.
         self.reading = 0
 
@@ -103,6 +110,11 @@ class Redeliverer:
     def copies_awaiting_end(self) -> bool:
         return bool(self._ends) or any(a.step is Step.END for a in self._retries)
 
+    def writing(self, partition: int) -> bool:
+        """Whether a copy or an End fired from ``partition`` is on its way or waits to be written."""
+        return (self._writes[partition] > 0 or any(a.partition == partition for a in self._ends)
+                or any(a.partition == partition and a.step is Step.END for a in self._retries))
+
     def submit(self, attempt: Attempt) -> None:
         if attempt.purged:
             attempt.step = Step.END
@@ -113,8 +125,9 @@ class Redeliverer:
         else:
             self._copy(attempt)
 
-    def poll(self, owned: Callable[[int], bool]) -> None:
-        """Moves finished steps on, fires due retries, writes the Ends gathered meanwhile."""
+    def poll(self, owned: Callable[[int, int], bool]) -> None:
+        """Moves finished steps on, fires due retries, writes the Ends gathered meanwhile. ``owned(partition,
+        holding)``: whether that partition is still held under that holding."""
         self._finish_reads(owned)
         self._finish_completions()
         self._fire_retries(owned)
@@ -133,15 +146,15 @@ class Redeliverer:
         """The reader's answer (any thread)."""
         self._reads.put((token, outcome))  # type: ignore[arg-type]
 
-    def _finish_reads(self, owned: Callable[[int], bool]) -> None:
+    def _finish_reads(self, owned: Callable[[int, int], bool]) -> None:
         while True:
             try:
                 attempt, outcome = self._reads.get_nowait()
             except stdqueue.Empty:
                 return
             self.reading -= 1
-            if not owned(attempt.partition):
-                continue  # revoked: the new owner replays the Start and redelivers it
+            if not owned(attempt.partition, attempt.holding):
+                continue  # revoked or lost: its next holder replays the Start and redelivers it
             if isinstance(outcome, Failed):
                 self._retry(attempt, outcome.error)
                 continue
@@ -205,11 +218,13 @@ class Redeliverer:
     def _produce(self, producer: MarkerProducer, topic: str, value: bytes, key: bytes, attempts: list[Attempt],
                  headers: Any = None) -> None:
         self.outstanding += 1
+        self._writes.update(a.partition for a in attempts)
         try:
             producer.produce(topic, value, key, headers,
                              on_done=lambda err, _rec: self._completions.put((attempts, _err_text(err))))
         except Exception as err:  # noqa: BLE001 - retried like a failed delivery
             self.outstanding -= 1
+            self._writes.subtract(a.partition for a in attempts)
             for attempt in attempts:
                 self._retry(attempt, str(err))
 
@@ -220,6 +235,7 @@ class Redeliverer:
             except stdqueue.Empty:
                 return
             self.outstanding -= 1
+            self._writes.subtract(a.partition for a in attempts)
             for attempt in attempts:
                 if error is not None:
                     self._retry(attempt, error)
@@ -230,12 +246,12 @@ class Redeliverer:
                 else:
                     attempt.step = Step.DONE  # reading the End back removes the message from the state
 
-    def _fire_retries(self, owned: Callable[[int], bool]) -> None:
+    def _fire_retries(self, owned: Callable[[int, int], bool]) -> None:
         now = self._monotonic()
         for _ in range(len(self._retries)):
             attempt = self._retries.popleft()
-            if not owned(attempt.partition):
-                continue  # revoked: the new owner replays the Start and redelivers it
+            if attempt.step is not Step.END and not owned(attempt.partition, attempt.holding):
+                continue  # revoked or lost: its next holder replays the Start and redelivers it
             if attempt.due > now:
                 self._retries.append(attempt)
             elif attempt.step is Step.END:

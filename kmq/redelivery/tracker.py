@@ -92,7 +92,8 @@ class RedeliveryTracker:
         self._fatal: KmqError | None = None
         self._gc = RebuildGc()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
-                                      lambda p: TopicPartition(topics.markers, p))
+                                      lambda p: TopicPartition(topics.markers, p),
+                                      writing=lambda p: self._redeliverer.writing(p))
         sender = factory.producer(_kafka.messages_producer_settings(config, f"{client_id}-sender"), "sender",
                                   topics.messages)
         markers = factory.producer(_kafka.markers_producer_settings(config, f"{client_id}-markers"),
@@ -161,7 +162,7 @@ class RedeliveryTracker:
         self._open_gates()
         for attempt in self._expiry.fire():
             self._redeliverer.submit(attempt)
-        self._redeliverer.poll(self._owned.__contains__)
+        self._redeliverer.poll(self._owned.holds)
         self._recorder.copy_log.flush()
         self._group.commit_if_due()
         if self._publisher is not None:
@@ -227,7 +228,7 @@ class RedeliveryTracker:
         # Finish what is under way: copies produced get their End, so the next owner does not resend them.
         redeliverer = self._redeliverer
         while (redeliverer.outstanding or redeliverer.copies_awaiting_end) and self._monotonic() < deadline:
-            redeliverer.poll(self._owned.__contains__)
+            redeliverer.poll(self._owned.holds)
             time.sleep(0.02)
         self._recorder.copy_log.flush()
         self._scheduler.close(max(0.5, deadline - self._monotonic()))

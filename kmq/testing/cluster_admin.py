@@ -23,11 +23,12 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 def offsets_partition(group: str, partitions: int) -> int:
     """The ``__consumer_offsets`` partition of ``group``: Java's ``String.hashCode`` (over UTF-16 code units, 32-bit
-    overflow), its sign bit cleared (Kafka's ``Utils.abs``), modulo the partition count."""
+    overflow), its absolute value (Kafka's ``Utils.abs``: 0 for Integer.MIN_VALUE), modulo the partition count."""
     h = 0
     for unit in struct.unpack(f"<{len(group.encode('utf-16-le')) // 2}H", group.encode("utf-16-le")):
         h = (31 * h + unit) & 0xFFFFFFFF
-    return (h & 0x7FFFFFFF) % partitions
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return 0 if signed == -(1 << 31) else abs(signed) % partitions
 
 
 class ClusterAdmin:

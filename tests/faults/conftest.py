@@ -58,6 +58,7 @@ def results() -> Iterator[list[dict[str, object]]]:
             continue
         print(f"  {row['fault']}: sent {row['sent']}, lost {len(row['lost'])}, duplicates {row['duplicates']} "  # type: ignore[arg-type]
               f"{row['explained']}, late acks {row['late_acks']}, redelivery {row['redelivery_s']} s after the "
-              f"fault began, retries up to {row['retry_lag_s']} s late, backlog {row['recovered_s']} s and all "
+              f"fault began (the faulted worker's {row['zombie_redelivery_s']} s), retries up to "
+              f"{row['retry_lag_s']} s late, backlog {row['recovered_s']} s and all "
               f"ready {row['healthy_s']} s after it ended; CPU % during {row['cpu_fault_pct']}, idle "
               f"{row['cpu_idle_pct']}; health during {row['health_during']}; exits {row['exits']}")

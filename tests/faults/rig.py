@@ -73,6 +73,11 @@ class Verdict:
     unexplained: list[str]
     #: The last redelivery the fault caused (a zombie's or an outage's message), in seconds from the fault's start.
     redelivery_s: float | None
+    #: The last redelivery of a message the faulted process was running (owed from the moment it went silent), in
+    #: seconds from the fault's start. A Start the frozen process had not sent yet goes out when it is thawed, so the
+    #: message another worker handled meanwhile is redelivered once more a redelivery timeout after the fault's end:
+    #: counted in ``redelivery_s`` only.
+    zombie_redelivery_s: float | None
     #: The longest a retry (a release with the worker's backoff) came back after it was due, in seconds.
     retry_lag_s: float | None
     recovered_s: float | None
@@ -126,6 +131,9 @@ class Rig:
         if name == "tracker" and os.environ.get("FAULT_DEBUG"):
             # FAULT_DEBUG=cgrp: the tracker's group consumer's join states, every line, in its log.
             env.update(KMQ_LOG_LEVEL="debug", KMQ_CONSUMER_KAFKA_DEBUG=os.environ["FAULT_DEBUG"])
+        if name.startswith("worker") and os.environ.get("FAULT_DEBUG_WORKERS"):
+            # FAULT_DEBUG_WORKERS=broker,eos,metadata,cgrp: librdkafka's debug contexts of every client of the workers.
+            env.update(KMQ_LOG_LEVEL="debug", KMQ_KAFKA_DEBUG=os.environ["FAULT_DEBUG_WORKERS"])
         proc = Supervised(name, [sys.executable, *args, "--metrics-port", str(port)], self.dir / f"{name}.log",
                           env, ns, f"127.0.0.1:{port}", restart=restart, cwd=ROOT)
         self.procs[name] = proc.start()
@@ -229,15 +237,17 @@ class Rig:
                 else:
                     explained[reason] += 1
         # Redelivered by the tracker because of the fault: not the retries the handler asked for.
-        redelivered = [r.t for r in runs if r.count > 1 and r.t >= start
+        redelivered = [r for r in runs if r.count > 1 and r.t >= start
                        and not any(fails_first(e.payload, e.count) for e in by_first[r.first] if e.count < r.count)]
+        owed = [r for r in redelivered if any(e.pid in faulted_pids for e in by_first[r.first] if e.count < r.count)]
         in_fault = [s for s in self.samples if start <= s.t <= end]
         return Verdict(
             fault=fault, sent=len(confirmed), handled=len(confirmed & handled), lost=sorted(confirmed - handled)[:20],
             duplicates=sum(n for reason, n in explained.items() if reason != "retry") + len(unexplained),
             explained=dict(explained),
             unexplained=unexplained[:20],
-            redelivery_s=round(max(redelivered) - start, 1) if redelivered else None,
+            redelivery_s=round(max(r.t for r in redelivered) - start, 1) if redelivered else None,
+            zombie_redelivery_s=round(max(r.t for r in owed) - start, 1) if owed else None,
             retry_lag_s=_retry_lag_s(by_first),
             recovered_s=_recovered_s(runs, confirmed, self.dir / "confirmed.tsv", end),
             late_acks=late, cpu_fault_pct=_cpu_pct(in_fault), hot_threads=dict(self.hot_threads),

@@ -76,13 +76,18 @@ def _checked(verdict: Verdict, results: list[dict[str, object]], *, down: list[s
 
 
 def _within_bound(verdict: Verdict, fault_s: float, since_fault_start: bool, extra_s: float = 0.0) -> None:
-    """Redelivered runs came within the redelivery timeout plus REDELIVERY_BOUND_S of the fault's end (or its
-    start, when the fault was a worker's: its messages are owed from the moment it went silent), and every retry
-    came back within REDELIVERY_BOUND_S of its due time or of the fault's end, whichever is later; ``extra_s``
-    for what a fault adds beyond (writes in flight to a broker cut off wait request.timeout.ms)."""
+    """Redelivered runs came within the redelivery timeout plus REDELIVERY_BOUND_S of the fault's end, and the
+    messages a faulted worker was running within that of the fault's start (``since_fault_start``: they are owed
+    from the moment it went silent); every retry came back within REDELIVERY_BOUND_S of its due time or of the
+    fault's end, whichever is later; ``extra_s`` for what a fault adds beyond (requests in flight to a broker cut off
+    wait socket.timeout.ms)."""
+    bound = REDELIVERY_TIMEOUT_MS / 1000 + REDELIVERY_BOUND_S + extra_s
     if verdict.redelivery_s is not None:
-        bound = REDELIVERY_TIMEOUT_MS / 1000 + REDELIVERY_BOUND_S + extra_s + (0 if since_fault_start else fault_s)
-        assert verdict.redelivery_s <= bound, f"last redelivery {verdict.redelivery_s} s after the fault began"
+        last = verdict.redelivery_s
+        assert last <= bound + fault_s, f"last redelivery {last} s after the fault began"
+    if since_fault_start and verdict.zombie_redelivery_s is not None:
+        assert verdict.zombie_redelivery_s <= bound, \
+            f"the faulted worker's last message redelivered {verdict.zombie_redelivery_s} s after the fault began"
     assert verdict.retry_lag_s is not None, "retries were made and came back"
     bound = fault_s + REDELIVERY_BOUND_S + extra_s
     assert verdict.retry_lag_s <= bound, f"a retry came back {verdict.retry_lag_s} s late (bound {bound} s)"

@@ -78,3 +78,15 @@ def test_unresolvable_version_names_the_artifact(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("KMQ_CACHE_DIR", str(tmp_path))
     with pytest.raises(BrokerError, match=r"kafka_2\.13:0\.0\.0-nope"):
         broker.fetch_jars("0.0.0-nope", log=False)
+
+
+@pytest.mark.parametrize(("group", "partition"), [
+    # Java's String.hashCode and Kafka's Utils.abs, from `java` on this machine
+    ("kmq-orders", 33), ("grüße-😀", 27),  # positive hashes
+    ("f-split-5e1d7c-trackers", 13), ("kafka-mq-redelivery-orders", 13),  # negative: abs, not the sign bit cleared
+    ("polygenelubricants", 0),  # Integer.MIN_VALUE
+])
+def test_a_groups_offsets_partition_is_kafkas(group: str, partition: int) -> None:
+    from kmq.testing.cluster_admin import offsets_partition
+
+    assert offsets_partition(group, 50) == partition

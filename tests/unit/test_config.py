@@ -130,12 +130,23 @@ def test_the_messages_producers_take_producer_kafka_and_it_cannot_override_what_
         Config(**BASE, producer_kafka={"enable.idempotence": False})
 
 
-def test_producers_time_a_request_out_after_10_s_unless_the_config_says_otherwise() -> None:
+def test_producers_give_a_request_up_after_10_s_unless_the_config_says_otherwise() -> None:
     from kmq._kafka.settings import markers_producer_settings, messages_producer_settings
 
     for make in (markers_producer_settings, messages_producer_settings):
-        assert make(Config(**BASE), "p")["request.timeout.ms"] == 10_000
-        assert make(Config(**BASE, kafka={"request.timeout.ms": "30000"}), "p")["request.timeout.ms"] == "30000"
+        assert make(Config(**BASE), "p")["socket.timeout.ms"] == 10_000
+        assert make(Config(**BASE, kafka={"socket.timeout.ms": "30000"}), "p")["socket.timeout.ms"] == "30000"
+        assert "request.timeout.ms" not in make(Config(**BASE), "p"), "the broker's own ack timeout: not this"
+
+
+def test_consumers_give_a_commit_up_after_10_s_unless_the_config_says_otherwise() -> None:
+    from kmq._kafka.settings import consumer_settings, reader_settings
+
+    for make in (consumer_settings, reader_settings):
+        assert make(Config(**BASE), "g", "c")["socket.timeout.ms"] == 10_000
+        assert make(Config(**BASE, kafka={"socket.timeout.ms": "60000"}), "g", "c")["socket.timeout.ms"] == "60000"
+        consumer = Config(**BASE, consumer_kafka={"socket.timeout.ms": "20000"})
+        assert make(consumer, "g", "c")["socket.timeout.ms"] == "20000"
 
 
 @pytest.mark.parametrize(("text", "match"), [

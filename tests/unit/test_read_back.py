@@ -184,13 +184,13 @@ def test_a_reference_is_read_back_then_copied_with_its_payload_headers_and_the_n
     [(message_id, key, token)] = reader.asked
     assert (message_id, key, token) == (MessageId(0, 7), b"q", attempt)
     redeliverer.read_done(token, Found(b"q", b"payload", (("trace", b"t"),)))
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     [copy] = sender.records
     assert (copy.value, copy.key) == (b"payload", b"q")
     assert copy.headers == [("trace", b"t"), ("kmq-delivery-count", b"3"), ("kmq-first-message-id", b"0:1"),
                             ("kmq-enqueued-at-ms", b"5")]
     _complete(sender)
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert copied == [attempt] and attempt.step is Step.END
 
 
@@ -199,14 +199,14 @@ def test_an_unreadable_record_is_dead_lettered_without_payload_with_its_reason_a
     attempt = Attempt(0, _ref_item(7), dead_letter=False)
     redeliverer.submit(attempt)
     redeliverer.read_done(reader.asked[0][2], Missing("deleted by retention"))
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert sender.records == []
     [letter] = markers.records
     headers = dict(letter.headers)
     assert letter.value == b"" and headers["kmq-dead-letter-reason"] == UNREADABLE_REASON.encode()
     assert headers["kmq-queue"] == b"q" and headers["kmq-first-message-id"] == b"0:1"
     _complete(markers)
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert copied == [attempt] and attempt.unreadable == "deleted by retention"
     [end] = decode_record(markers.records[1].value)
     assert (end.message_id, end.end_reason, end.reason) == (MessageId(0, 7), EndReason.DEAD_LETTERED,
@@ -218,11 +218,25 @@ def test_a_failed_read_is_asked_again_after_its_backoff_unless_the_partition_wen
     attempt = Attempt(2, _ref_item(7), dead_letter=False)
     redeliverer.submit(attempt)
     redeliverer.read_done(attempt, Failed("broker down"))
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert attempt.failures == 1 and len(reader.asked) == 1
     now[0] = 0.6
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert len(reader.asked) == 2 and attempt.step is Step.READ
     redeliverer.read_done(attempt, Found(b"q", b"p", ()))
-    redeliverer.poll(lambda p: p != 2)
+    redeliverer.poll(lambda p, h: p != 2)
     assert sender.records == [] and redeliverer.unfinished == 0
+
+
+def test_a_read_begun_before_its_partition_was_lost_and_given_back_is_dropped_not_copied_twice() -> None:
+    """The cluster fault's duplicate: a read of holding 1 answered once the partition is held again (holding 2),
+    whose rebuild fired the same message afresh. Only holding 2's attempt is copied."""
+    redeliverer, sender, _, reader, _, _ = _rig()
+    first = Attempt(0, _ref_item(7), dead_letter=False, holding=1)
+    redeliverer.submit(first)
+    again = Attempt(0, _ref_item(7), dead_letter=False, holding=2)
+    redeliverer.submit(again)
+    for _message_id, _key, token in reader.asked:
+        redeliverer.read_done(token, Found(b"q", b"payload", ()))
+    redeliverer.poll(lambda p, h: h == 2)
+    assert len(sender.records) == 1 and redeliverer.unfinished == 1

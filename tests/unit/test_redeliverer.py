@@ -43,14 +43,14 @@ def test_a_copy_then_one_end_record_for_every_copy_of_a_queue() -> None:
         redeliverer.submit(attempt)
     assert [r.value for r in sender.records] == [b"payload-0", b"payload-1", b"payload-2"]
     _complete(sender)
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert copied == attempts and all(a.step is Step.END for a in attempts)
     [end_record] = markers.records
     ends = decode_record(end_record.value)
     assert [(m.type, m.message_id, m.end_reason) for m in ends] == [
         (MarkerType.END, MessageId(0, i), EndReason.REDELIVERED) for i in range(3)]
     _complete(markers)
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert all(a.step is Step.DONE for a in attempts) and redeliverer.unfinished == 0
 
 
@@ -59,7 +59,7 @@ def test_the_kafka_mq_go_format_writes_one_plain_end_per_copy() -> None:
     for i in range(2):
         redeliverer.submit(Attempt(0, _item(i), dead_letter=False))
     _complete(sender)
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert [decode(r.value).message_id for r in markers.records] == [MessageId(0, 0), MessageId(0, 1)]
 
 
@@ -68,14 +68,14 @@ def test_a_failed_copy_is_retried_after_its_backoff_and_not_once_the_partition_i
     attempt = Attempt(3, _item(1), dead_letter=False)
     redeliverer.submit(attempt)
     _complete(sender, Failure())
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert attempt.failures == 1 and len(sender.records) == 1
     now[0] = 0.6
-    redeliverer.poll(lambda p: True)
+    redeliverer.poll(lambda p, h: True)
     assert len(sender.records) == 2 and attempt.step is Step.COPY
     _complete(sender, Failure())
     now[0] = 5.0
-    redeliverer.poll(lambda p: p != 3)
+    redeliverer.poll(lambda p, h: p != 3)
     assert len(sender.records) == 2 and copied == [] and redeliverer.unfinished == 0
 
 
@@ -104,3 +104,24 @@ def test_a_start_of_queue_empty_from_a_go_consumer_is_redelivered_with_an_empty_
     redeliverer.submit(Attempt(0, _item(3, key=b""), dead_letter=False))
     [copy] = sender.records
     assert (copy.key, copy.value) == (b"", b"payload-3")
+
+
+def test_a_copy_made_under_a_holding_since_lost_still_gets_its_end_and_counts_as_writing_until_answered() -> None:
+    """The next holder of the partition must read that End, not copy the message again."""
+    redeliverer, sender, markers, _, now = _rig()
+    attempt = Attempt(3, _item(1), dead_letter=False, holding=1)
+    redeliverer.submit(attempt)
+    assert redeliverer.writing(3) and not redeliverer.writing(0)
+    _complete(sender)
+    redeliverer.poll(lambda p, h: False)
+    [end] = markers.records
+    assert decode_record(end.value)[0].message_id == MessageId(0, 1) and redeliverer.writing(3)
+    _complete(markers, Failure())
+    redeliverer.poll(lambda p, h: False)
+    assert redeliverer.writing(3), "a failed End is retried, whoever holds the partition"
+    now[0] = 1.0
+    redeliverer.poll(lambda p, h: False)
+    assert len(markers.records) == 2
+    _complete(markers)
+    redeliverer.poll(lambda p, h: False)
+    assert not redeliverer.writing(3) and attempt.step is Step.DONE and redeliverer.unfinished == 0

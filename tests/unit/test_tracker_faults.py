@@ -207,3 +207,28 @@ def test_a_loop_that_stops_turning_ends_the_process_with_one_line(capsys: Any) -
     assert exits == [EXIT_ERROR]
     assert capsys.readouterr().err == ("kmq-redelivery-tracker: error: the tracker's loop has not turned for 301 s: "
                                        "exiting for a restart\n")
+
+
+def test_a_redelivery_under_way_when_its_partition_was_lost_and_given_back_is_made_once() -> None:
+    """The cluster fault's duplicate (a tracker whose coordinator was cut off): a read back that failed before the
+    loss was retried under the next holding too, beside the rebuild's own attempt: two copies at one count."""
+    # Given a Start by reference whose record cannot be read back (its leader cut off)
+    group = FakeGroupClient("mk", partitions=1, end_offsets={0: 1})
+    clients = FakeClients(group)
+    clients.reading.fail = True
+    clients.reading.records = {0: [Record("m", 0, 0, b"q", b"payload")]}
+    start = Record("mk", 0, 0, b"q", encode_starts(b"q", 100, [], refs=[FakeStart(MessageId(0, 0), b"")]),
+                   timestamp_ms=wire.now_ms())
+    group.feed([start])
+    group.rebalance("assign", [0])
+    with capture_logs() as logs, running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)):
+        assert wait_for(lambda: any(e["event"] == "redelivery_retry" for e in logs))
+        # When the partition is lost and given back (its rebuild reads the Start again) and the record is readable
+        group.rebalance("lost", [0])
+        group.rebalance("assign", [0])
+        group.feed([start])
+        clients.reading.fail = False
+        assert wait_for(lambda: bool(clients.produced("m")))
+        time.sleep(2.5)  # the first holding's retry would be due within 2 s
+    # Then it is copied once
+    assert len(clients.produced("m")) == 1, [e for e in logs if e["event"].startswith("redeliver")]

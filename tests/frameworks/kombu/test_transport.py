@@ -140,8 +140,12 @@ def test_a_message_group_set_as_kombu_s_sqs_transport_does_is_kept_in_order_on_o
     records = [r for r in read_topic(kombu_config.bootstrap_servers, kombu_config.message_topic,
                                      until=lambda rs: sum(r.key() == kmq_queue.encode() for r in rs) >= 6)
                if r.key() == kmq_queue.encode()]
-    groups = {r.partition(): dict(r.headers() or [])["kmq-group"] for r in records}
-    assert sorted(groups.values()) == [b"account-7", b"account-9"], "one partition per group"
+    partitions: dict[Any, set[Any]] = {}
+    for r in records:
+        partitions.setdefault(dict(r.headers() or [])["kmq-group"], set()).add(r.partition())
+    # Two groups may share a partition (their hashes meet one time in the partition count); a group never spans two.
+    assert sorted(partitions) == [b"account-7", b"account-9"]
+    assert all(len(held) == 1 for held in partitions.values()), f"a group on several partitions: {partitions}"
     got: list[tuple[str, int]] = []
 
     def handle(body: Any, message: Any) -> None:

@@ -46,6 +46,7 @@ class Stamps:
         self.depth_at_start: collections.Counter[int] = collections.Counter()
         #: Loop-thread time counts from the application's first message on.
         self.since = float("inf")
+        self.commits = 0
         self.until = float("inf")
 
     def add(self, name: str, began: float, ended: float) -> None:
@@ -79,10 +80,14 @@ def install() -> None:
             outcome = commit(offsets)
             ended = clock()
             S.add("commit", began, ended)
-            head = self._batches[0]
-            stamps = S.batches[head._timing_index]  # type: ignore[attr-defined]
-            stamps["commit_s"] = ended - began
-            stamps["committed_at"] = ended
+            if began >= S.since:
+                S.commits += 1
+            for batch in self._batches:  # the ones this commit covers: from the oldest, while durable
+                if not all(d.done() for d in batch.deliveries):
+                    break
+                stamps = S.batches[batch._timing_index]
+                stamps["commit_s"] = ended - began
+                stamps["committed_at"] = ended
             return outcome
 
         def timed_hand_out(messages: list[Any]) -> None:
@@ -203,7 +208,7 @@ def run(mode: str, n: int, servers: str) -> None:
 
 
 def report(mode: str, n: int, seconds: float, first: float) -> None:
-    batches = [b for b in S.batches if b["started_at"] >= first and "settled_at" in b]
+    batches = [b for b in S.batches if b["started_at"] >= first and "settled_at" in b and "committed_at" in b]
     print(f"{mode} {os.environ.get('PIPE_TIMING_CONFIG', '')}: {n / seconds:,.0f} msgs/s over {seconds:.2f} s; "
           f"{len(batches)} batches, {statistics.mean(b['messages'] for b in batches):.0f} messages per batch; "
           f"load {os.getloadavg()}")
@@ -221,7 +226,8 @@ def report(mode: str, n: int, seconds: float, first: float) -> None:
     row("    Start -> hand-out", [b["handed_out_at"] - b["started_at"] for b in batches])
     gaps = [b2["started_at"] - b1["started_at"] for b1, b2 in itertools.pairwise(batches)]
     row("    one batch's Start -> the next's", gaps)
-    print(f"  pipeline depth when a batch was Started: {dict(sorted(S.depth_at_start.items()))}")
+    print(f"  pipeline depth when a batch was Started: {dict(sorted(S.depth_at_start.items()))}; "
+          f"{S.commits} commits")
     print(f"  loop thread over {seconds:.2f} s (s, share of the run):")
     inner = sum(S.loop_s[k] for k in ("fetch", "start", "wait_starts", "commit", "hand_out", "wait_room"))
     for name in ("loop", "fetch", "start", "wait_starts", "commit", "hand_out", "wait_room"):

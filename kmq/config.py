@@ -109,11 +109,15 @@ class Config:
     dead_letter_topic: str = ""
     #: Silence after which a message is redelivered (at most 12 h); keep-alives run every half of it.
     redelivery_timeout_ms: int = 60_000
-    #: Records read from Kafka (Start written, committed) and waiting for ``receive``; also the most messages
-    #: one Start batch holds.
+    #: The most messages one Start batch holds; a consumer holds up to ``start_pipeline_depth`` such batches read
+    #: from Kafka ahead of ``receive`` (Starting, committing, or Started and committed in the ready buffer).
     receive_buffer_capacity: int = 500
     #: Messages read and not yet settled (Started, buffered or handed out); when reached, no more are Started.
     max_in_flight: int = 2_000
+    #: Start batches (each of up to ``receive_buffer_capacity`` records) a consumer holds ahead of ``receive``:
+    #: Starting, committing or buffered. Each batch waits two round trips (its Starts durable, its offsets
+    #: committed) before a receive may take it; with more batches on their way those waits overlap.
+    start_pipeline_depth: int = 3
     #: Records read ahead (fetched, not yet Started) past which fetching pauses: the memory bound while workers are
     #: stalled. While they keep up, read-ahead stays near 4 Start batches and librdkafka's own queue holds the rest.
     max_read_ahead_records: int = 20_000
@@ -237,8 +241,8 @@ class Config:
             raise ConfigError("rebalance_protocol", f"must be one of {', '.join(REBALANCE_PROTOCOLS)}, "
                                                     f"got {self.rebalance_protocol!r}")
         _non_negative("settle_linger_ms", self.settle_linger_ms)
-        for name in ("receive_buffer_capacity", "max_in_flight", "max_messages_per_commit", "settle_batch_size",
-                     "max_read_ahead_records", "group_buffer_records",
+        for name in ("receive_buffer_capacity", "max_in_flight", "start_pipeline_depth", "max_messages_per_commit",
+                     "settle_batch_size", "max_read_ahead_records", "group_buffer_records",
                      "next_message_timeout_ms", "max_payload_bytes", "connect_timeout_ms",
                      "num_offsets_per_commit", "tracker_commit_interval_ms", "unassigned_unhealthy_ms"):
             _positive(name, getattr(self, name))

@@ -38,7 +38,7 @@ class Table(dict[MessageId, Message]):
 class Rig:
     """A pipeline wired to fakes; ``commits`` records each commit and answers with ``outcome``."""
 
-    def __init__(self) -> None:
+    def __init__(self, depth: int = 2) -> None:
         self.client = FakeFetchClient(assigned=[Part("m", p) for p in range(3)])
         self.intake = Intake(self.client, b"q", on_error=lambda r: None)
         self.producer = FakeProducer()
@@ -51,7 +51,8 @@ class Rig:
         self.outcome = CommitOutcome.COMMITTED
         self.pipeline = StartPipeline(
             key=b"q", intake=self.intake, writer=self.writer, book=self.book, in_flight=self.in_flight,
-            to_message=self.to_message, commit=self.commit, hand_out=self.handed.extend, start_timeout_s=0.01)
+            to_message=self.to_message, commit=self.commit, hand_out=self.handed.extend, start_timeout_s=0.01,
+            depth=depth)
 
     def to_message(self, record: FakeRecord) -> Message:  # type: ignore[override]
         mid = MessageId(record.partition(), record.offset())

@@ -5,10 +5,11 @@ lock (the common case under load); a thread that found nothing waits on ``wait``
 threads from several consumers) are told after every put how many messages came, so one thread can wait on many
 consumers at once instead of polling each in turn.
 
-Back-pressure: the loop Starts no more than ``room()`` allows, a bound on buffered messages and on messages in
-flight (``limit``, which a worker may lower below ``max_in_flight`` while its handlers are slow). When there is no
-room the loop sleeps in ``wait_for_room`` until receives and settles have freed a quarter of it: a Start batch and
-a commit cost the same for 1 record or 100.
+Back-pressure: the loop Starts no more than ``room()`` allows, a bound on messages read ahead of receive (``depth``
+batches of ``capacity``: Starting, committing or buffered) and on messages in flight (``limit``, which a worker may
+lower below ``max_in_flight`` while its handlers are slow). When there is no room the loop sleeps in
+``wait_for_room`` until receives and settles have freed a quarter of a batch: a Start batch and a commit cost the
+same for 1 record or 100.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ ROOM_WAIT_S = 0.1
 class HandOut:
     """The buffer between a consumer's loop thread and the threads that receive. Pure logic, no Kafka."""
 
-    def __init__(self, capacity: int, max_in_flight: int) -> None:
+    def __init__(self, capacity: int, max_in_flight: int, depth: int = 1) -> None:
+        #: The most messages one Start batch holds.
         self.capacity = capacity
+        #: Start batches read ahead of receive (see Config.start_pipeline_depth).
+        self.depth = depth
         self.max_in_flight = max_in_flight
         self._limit = max_in_flight
         self._quarter = self._quarter_of(max_in_flight)
@@ -140,7 +144,7 @@ class HandOut:
         ``in_flight`` ones not settled."""
         buffered = len(self._ready) + starting
         # Buffered ones count against the limit on their own too: an at-most-once queue keeps no in-flight table.
-        return min(min(self.capacity, self._limit) - buffered, self._limit - in_flight)
+        return min(min(self.capacity * self.depth, self._limit) - buffered, self._limit - in_flight)
 
     def usable_room(self, starting: int, in_flight: int) -> int:
         room = self.room(starting, in_flight)

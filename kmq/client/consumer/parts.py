@@ -78,7 +78,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
                 on_control: Callable[[ControlState], None], closed: Callable[[], bool],
                 logger: structlog.typing.FilteringBoundLogger) -> ConsumerParts:
     key = queue.encode()
-    out = HandOut(config.receive_buffer_capacity, config.max_in_flight)
+    out = HandOut(config.receive_buffer_capacity, config.max_in_flight, config.start_pipeline_depth)
     if max_in_flight is not None:  # before the loop starts: its first Starts already keep to it
         out.limit = max_in_flight
     producer = clients.producer(
@@ -129,7 +129,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
         to_messages=make_messages,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
         stopping=stop, write_starts=settler is in_flight, dedup=dedup,
-        divert=None if groups is None else groups.divert)
+        divert=None if groups is None else groups.divert, depth=config.start_pipeline_depth)
     rebalances = Rebalances(topic=topics.messages, intake=intake, pipeline=pipeline, book=book,
                             committer=committer, groups=groups, dedup=dedup, keep_alives=in_flight.keep_alives,
                             closed=closed)

@@ -92,7 +92,7 @@ class PollLoop:
             if groups is not None:
                 room -= groups.hand_out(self._group_share(room))
             if room > 0 and len(intake) and not pipeline.full() and not (groups is not None and groups.full):
-                pipeline.start(intake.take(room))
+                pipeline.start(intake.take(min(room, p.out.capacity)))  # a batch: the rest is the next one's
                 started = True
         pipeline.advance(block=not started or pipeline.full())
         if p.book and not pipeline and p.book.policy.due():

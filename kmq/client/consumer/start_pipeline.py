@@ -4,8 +4,10 @@ Step by step, for each batch taken from the intake:
 1. ``start``: this queue's records become Messages, registered as in flight (so they get keep-alives from now
    on), and their Starts are written; the loop goes on reading while they travel.
 2. ``advance``: once the oldest batch's Starts are durable, its offsets enter the offset book and are committed;
-3. only then are its messages handed out. Batch k+1's Starts are on the wire while batch k is committed and the
-   workers run batch k-1.
+3. only then are its messages handed out. Up to ``depth`` batches are on their way at once: batch k+1's Starts
+   are on the wire while batch k is committed and the workers run batch k-1. When the oldest batch is durable,
+   the batches after it whose Starts are durable too are committed with it, in one commit (of the newest one's
+   offsets), and handed out in order.
 A failed Start or commit rewinds that batch and every later one: their records go back to the front of the
 backlog (no seek; a second Start is a fresh deadline for the tracker), and nothing past them is committed.
 """
@@ -13,6 +15,7 @@ backlog (no seek; a second Start is a fresh deadline for the tracker), and nothi
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
 from collections import deque
@@ -35,8 +38,8 @@ from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-#: Batches Started and not yet handed out; the oldest is committed before a third is Started.
-DEPTH = 2
+#: Batches Started and not yet handed out, by default (Config.start_pipeline_depth).
+DEPTH = 3
 
 
 class Screen(Protocol):
@@ -98,8 +101,11 @@ class StartPipeline:
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
                  stopping: threading.Event | None = None, write_starts: bool = True,
-                 dedup: Screen | None = None, divert: Callable[[Record], bool] | None = None) -> None:
+                 dedup: Screen | None = None, divert: Callable[[Record], bool] | None = None,
+                 depth: int = DEPTH) -> None:
         self._key = key
+        #: Batches Started and not yet handed out: the oldest is handed out before one more is Started.
+        self.depth = depth
         self._intake = intake
         self._writer = writer
         self._book = book
@@ -129,7 +135,7 @@ class StartPipeline:
         return 0 if self._dedup is None else self._dedup.deduplicated
 
     def full(self) -> bool:
-        return len(self._batches) >= DEPTH
+        return len(self._batches) >= self.depth
 
     # 1. Start
 
@@ -186,16 +192,29 @@ class StartPipeline:
                 log.warning("start_markers_failed", error=str(error), batch=len(head.messages))
                 self.rewind()
                 return
-            self._book.advance(head.offsets, len(head.records))
+            durable = self._durable_after_head()
+            for batch in durable:
+                self._book.advance(batch.offsets, len(batch.records))
             outcome = self._commit(self._book.pending())
             if outcome is not CommitOutcome.COMMITTED:
                 # Not handed out. Still ours: read again. Not ours: the new owner reads them from the last commit.
                 self.rewind()
                 return
-            self._batches.popleft()
-            self.waiting -= len(head.messages)
-            self._hand_out(head.messages)
+            for batch in durable:
+                self._batches.popleft()
+                self.waiting -= len(batch.messages)
+                self._hand_out(batch.messages)
             block = False
+
+    def _durable_after_head(self) -> list[StartBatch]:
+        """The oldest batch (durable) and the ones after it whose Starts are durable too, up to the first that is
+        not (still on its way, or failed: it and every later one wait for the next round, or its rewind)."""
+        durable = [self._batches[0]]
+        for batch in itertools.islice(self._batches, 1, None):
+            if not all(d.done() and d.exception(0) is None for d in batch.deliveries):
+                break
+            durable.append(batch)
+        return durable
 
     def rewind(self) -> None:
         """Every batch not handed out goes back to the intake's front; nothing past it is committed."""

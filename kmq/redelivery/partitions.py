@@ -32,7 +32,7 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 #: How often a pending partition whose offsets could not be read is tried again.
 RETRY_INIT_S = 1.0
 #: The longest a partition given back stays pending for writes of an earlier holding still in flight (a produce
-#: request to a broker cut off waits kmq's request timeout, 10 s, then goes to the new leader).
+#: request to a broker cut off is given up on after socket.timeout.ms, 10 s, and goes to the new leader).
 HOLD_BACK_S = 20.0
 
 

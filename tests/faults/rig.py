@@ -200,8 +200,10 @@ class Rig:
         producer.process.send_signal(15)  # type: ignore[union-attr]
         producer.process.wait(150)  # type: ignore[union-attr]
         wait_for(lambda: _all_done(load_confirmed(self.confirmed), load_runs(self.record)), drain_s, interval_s=0.5)
-        # Health once the fault is over: every process ready again (the time it took is in the verdict).
-        wait_for(lambda: all(s.status == 200 for s in self._latest().values()), 60, interval_s=1.0)
+        # Health once the fault is over: every process ready again, in a sample taken after the fault's end (the
+        # time it took is in the verdict; a fault that ends healthy, as a flapping link may, has no such sample yet).
+        end = self.fault[1]
+        wait_for(lambda: self._healthy_s(end) is not None, 60, interval_s=1.0)
         self._stop.set()
         if self._sampler is not None:
             self._sampler.join(10)
@@ -270,12 +272,6 @@ class Rig:
             if sample.t >= end and len(latest) == len(self.procs) and all(s.status == 200 for s in latest.values()):
                 return round(sample.t - end, 1)
         return None
-
-    def _latest(self) -> dict[str, Sample]:
-        latest: dict[str, Sample] = {}
-        for sample in list(self.samples):
-            latest[sample.name] = sample
-        return latest
 
     def stop_all(self) -> None:
         """After a failed test: nothing may outlive it."""

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kmq import Config, Service
 from kmq.ops.stats import collect
+from tests.appended import complete_lines
 from tests.helpers import ROOT, env_for, tracker_process
 
 IDS, REPEATED, PRODUCERS = 800, 200, 3
@@ -101,14 +102,14 @@ class DedupRun:
 
     def outcome(self) -> Outcome:
         out = Outcome()
-        for line in self.log.read_text().splitlines():
+        for line in complete_lines(self.log):
             run = json.loads(line)
             out.sends_run[run["dedup_id"]].add(run["first_message_id"])
             out.runs[run["dedup_id"]] += 1
         return out
 
     def runs(self) -> int:
-        return len(self.log.read_text().splitlines())
+        return len(complete_lines(self.log))
 
     def kill_worker(self, index: int = 0) -> None:
         """SIGKILL a worker (its whole process group) mid-run."""

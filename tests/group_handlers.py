@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmq import Message
+from tests.appended import complete_lines
 
 
 def _line(event: str, message: Message, **extra: object) -> None:
@@ -64,7 +65,7 @@ class GroupOracle:
     @classmethod
     def read(cls, record: Path, killed: dict[int, float] | None = None) -> GroupOracle:
         oracle, open_runs = cls(), {}
-        for raw in record.read_text().splitlines() if record.exists() else []:
+        for raw in complete_lines(record):
             line = json.loads(raw)
             key = (line["pid"], line["id"], line["count"])
             if line["event"] == "start":

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmq.wire.markers import EndReason, Marker, MarkerType
+from tests.appended import complete_lines
 
 STEP_S = 0.05
 
@@ -34,16 +35,12 @@ class Run:
 
 
 def load_runs(path: Path) -> list[Run]:
-    if not path.exists():
-        return []
-    runs = [Run(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    runs = [Run(**json.loads(line)) for line in complete_lines(path)]
     return sorted(runs, key=lambda r: r.t)
 
 
 def load_confirmed(path: Path) -> set[str]:
-    if not path.exists():
-        return set()
-    return {line.split("\t", 1)[0] for line in path.read_text().splitlines() if line.strip()}
+    return {line.split("\t", 1)[0] for line in complete_lines(path)}
 
 
 def duplicates(runs: Iterable[Run]) -> int:

@@ -28,6 +28,7 @@ from kmq import Config
 from kmq.testing.faults.netns import Namespace
 from kmq.testing.faults.process import Supervised
 from kmq.wire import consumer_group
+from tests.appended import complete_lines
 from tests.cluster.analysis import Run, load_confirmed, load_runs
 from tests.faults.handlers import WORK_S, fails_first
 from tests.helpers import ROOT, env_for, free_port, members_holding_partitions, run_kmq
@@ -324,7 +325,7 @@ def _retry_lag_s(by_first: dict[str, list[Run]]) -> float | None:
 def _recovered_s(runs: list[Run], confirmed: set[str], confirmed_path: Path, end: float) -> float | None:
     """Seconds after the fault's end until every message confirmed before that end had been handled."""
     sent_at = {}
-    for line in confirmed_path.read_text().splitlines():
+    for line in complete_lines(confirmed_path):
         payload, _, t = line.partition("\t")
         sent_at[payload] = float(t)
     owed = {p for p in confirmed if sent_at.get(p, 0) <= end}

@@ -16,6 +16,7 @@ from kmq.ops.dlq import list_dead_letters
 from kmq.ops.inspect import inspect_message
 from kmq.wire import MessageId
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
+from tests.appended import complete_lines
 from tests.helpers import FAST_GROUP, ConfigFactory, WorkerProcess, receive_n, tracker_thread
 from tests.markers_io import wait_for
 
@@ -232,7 +233,7 @@ def test_after_a_worker_is_killed_mid_run_the_audits_lost_and_duplicate_figures_
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
 
     def noted() -> int:
-        return len(runs.read_text().splitlines()) if runs.exists() else 0
+        return len(complete_lines(runs))
 
     with tracker_thread(config):
         first = worker("--concurrency", "2")

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from kmq import Config, Consumer, Producer
 from kmq.ops.dlq import list_dead_letters, redrive
 from kmq.ops.stats import QueueStats, collect
+from tests.appended import complete_lines
 from tests.helpers import ROOT, ConfigFactory, config_file, free_port, receive_n
 from tests.markers_io import wait_for
 from tests.move_handler import FAIL_ONCE_EVERY, REJECT_ONCE_EVERY
@@ -147,7 +148,7 @@ def _empty(row: QueueStats) -> bool:
 
 def _runs(folder: Path) -> Counter[int]:
     path = folder / "runs"
-    return Counter(int(line.split()[0]) for line in path.read_text().splitlines()) if path.exists() else Counter()
+    return Counter(int(line.split()[0]) for line in complete_lines(path))
 
 
 def test_a_queue_moves_to_another_set_under_load_losing_nothing_and_running_nothing_twice(

@@ -17,6 +17,7 @@ import pytest
 from kmq import Config
 from kmq.ops.inspect import inspect_message
 from kmq.wire import MessageId
+from tests.appended import complete_lines
 from tests.functional.test_cli import kmq, stats
 from tests.helpers import ROOT, ConfigFactory, env_for, free_port, tracker_thread
 from tests.markers_io import wait_for
@@ -43,9 +44,7 @@ class Workers:
 
     def runs(self) -> list[dict[str, object]]:
         """Every handler run noted so far (tests.handlers._note)."""
-        if not self.record.exists():
-            return []
-        return [json.loads(line) for line in self.record.read_text().splitlines()]
+        return [json.loads(line) for line in complete_lines(self.record)]
 
     def release(self) -> None:
         """Lets every tests.handlers:block_until_released run end."""

@@ -13,23 +13,19 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from kmq import Config, Service, logs
-from kmq._kafka.topics import create_topics
 from kmq.client.consumer import hand_out as hand_out_module
 from kmq.client.consumer import poll_loop as poll_loop_module
 from kmq.client.consumer import start_pipeline as sp
 from kmq.wire import MessageId
 from tests.bench import workloads as w
-from tests.helpers import ROOT, env_for
 
 clock = time.perf_counter
 
@@ -171,14 +167,7 @@ def run(mode: str, n: int, servers: str) -> None:
     fields = {k: int(v) for k, v in (kv.split("=") for kv in os.environ.get("PIPE_TIMING_CONFIG", "").split(",") if kv)}
     config = Config(bootstrap_servers=servers, message_topic=f"{base}.m", marker_topic=f"{base}.mk",
                     **fields)  # type: ignore[arg-type]
-    create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
-    queue = w.group("q")
-    sender = multiprocessing.get_context("spawn").Process(target=w.kmq_send, args=(config, queue, n, 256, False))
-    sender.start()
-    sender.join()
-    tracker = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with w.backlog_with_tracker(config, "q", n) as queue:
         install()
         consumer = Service(config).queue(queue).consumer()
         done, first = 0, None
@@ -201,9 +190,6 @@ def run(mode: str, n: int, servers: str) -> None:
         ended = S.until = clock()
         consumer.flush(30)
         consumer.close()
-    finally:
-        tracker.kill()
-        tracker.wait()
     report(mode, n, ended - (first or ended), first or 0.0)
 
 

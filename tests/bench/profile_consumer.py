@@ -10,16 +10,12 @@ functions by self and total samples. Prints msgs/s from the first message to the
 from __future__ import annotations
 
 import collections
-import multiprocessing
 import os
-import subprocess
 import sys
 import time
 
 from kmq import Config, Service, logs
-from kmq._kafka.topics import create_topics
 from tests.bench import workloads as w
-from tests.helpers import ROOT, env_for
 
 
 def consume(mode: str, n: int) -> tuple[float, float]:
@@ -29,15 +25,7 @@ def consume(mode: str, n: int) -> tuple[float, float]:
     base = w.group("prof")
     config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
                     marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq")
-    create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
-    queue = w.group("q")
-    # Sent from a process of its own: its delivery reports must not count in this process's profile.
-    sender = multiprocessing.get_context("spawn").Process(target=w.kmq_send, args=(config, queue, n, 256, False))
-    sender.start()
-    sender.join()
-    tracker = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with w.backlog_with_tracker(config, "q", n) as queue:
         consumer = Service(config).queue(queue).consumer()
         done, first, cpu_first = 0, None, 0.0
         while done < n:
@@ -65,9 +53,6 @@ def consume(mode: str, n: int) -> tuple[float, float]:
         cpu_us = (time.process_time() - cpu_first) / n * 1e6
         consumer.close()
         return rate, cpu_us
-    finally:
-        tracker.kill()
-        tracker.wait()
 
 
 def top(path: str, lines: int = 25) -> None:

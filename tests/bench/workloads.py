@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer as RawConsumer
@@ -14,6 +17,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka import Producer as RawProducer
 
 from kmq import Config, Service, logs
+from kmq._kafka.topics import create_topics
+from tests.helpers import ROOT, env_for
 
 RAW_PRODUCER = {"enable.idempotence": True, "partitioner": "random", "linger.ms": 5}
 
@@ -198,3 +203,22 @@ def paced_sender(send: Any, n: int, rate: float) -> Any:
 
 def group(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def backlog_with_tracker(config: Config, prefix: str, n: int) -> Iterator[str]:
+    """A queue (its name yielded) holding ``n`` messages of 256 B on ``config``'s topics, made here (6 partitions,
+    3 of markers), and a tracker running beside it until the block ends. Sent from a process of its own, so that
+    its delivery reports stay out of the caller's profile and timings."""
+    create_topics(config, config.default_topics, partitions=6, marker_partitions=3)
+    queue = group(prefix)
+    sender = mp.get_context("spawn").Process(target=kmq_send, args=(config, queue, n, 256, False))
+    sender.start()
+    sender.join()
+    tracker = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield queue
+    finally:
+        tracker.kill()
+        tracker.wait()

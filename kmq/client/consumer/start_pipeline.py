@@ -38,10 +38,6 @@ from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
-#: Batches Started and not yet handed out, by default (Config.start_pipeline_depth).
-DEPTH = 3
-
-
 class Screen(Protocol):
     """Takes duplicate sends out before their Starts (kmq.client.consumer.deduplicator.Deduplicator)."""
 
@@ -102,9 +98,10 @@ class StartPipeline:
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
                  stopping: threading.Event | None = None, write_starts: bool = True,
                  dedup: Screen | None = None, divert: Callable[[Record], bool] | None = None,
-                 depth: int = DEPTH) -> None:
+                 depth: int) -> None:
         self._key = key
-        #: Batches Started and not yet handed out: the oldest is handed out before one more is Started.
+        #: Batches Started and not yet handed out (Config.start_pipeline_depth): the oldest is handed out before
+        #: one more is Started.
         self.depth = depth
         self._intake = intake
         self._writer = writer

@@ -22,6 +22,7 @@ import pytest
 from dramatiq import Message
 
 from kmq.dramatiq import KmqBroker
+from tests.appended import complete_lines
 from tests.frameworks.dramatiq.conftest import DramatiqSession
 from tests.markers_io import wait_for
 
@@ -57,9 +58,7 @@ class Workers:
         return proc
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in complete_lines(self.log)]
 
     def stop_all(self) -> None:
         for proc in self.procs:

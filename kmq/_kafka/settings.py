@@ -32,6 +32,14 @@ def base_settings(config: Config, client_id: str) -> dict[str, Any]:
 #: A produce request given up on is sent again, and idempotence keeps the broker from writing it twice.
 CLIENT_DEFAULTS: dict[str, Any] = {"socket.timeout.ms": 10_000}
 
+#: Once a consumer's prefetched records pass queued.max.messages.kbytes (64 MB: ~250,000 records of 256 B, a backlog
+#: any busy queue has), librdkafka postpones the partition's next fetch by fetch.queue.backoff.ms, 1 s by default, and
+#: does not wake when the application drains the queue meanwhile: a consumer reading a backlog stalled up to a second
+#: every ~64 MB (300,000 records of 256 B, one consumer: 114-119k msgs/s with stalls of 0.3-0.5 s, 177-284k at 20 ms).
+#: The fetcher's check every 20 ms while the queue stays full is within noise (a consumer nobody receives from:
+#: 0.75-0.98% of a core at 1 s, 1.06-1.11% at 20 ms). The same rule holds the tracker's read-back (16 MB of prefetch).
+CONSUMER_DEFAULTS: dict[str, Any] = {"fetch.queue.backoff.ms": 20}
+
 
 def messages_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
     return {
@@ -64,6 +72,7 @@ def markers_producer_settings(config: Config, client_id: str) -> dict[str, Any]:
 def consumer_settings(config: Config, group: str, client_id: str) -> dict[str, Any]:
     settings = {
         **CLIENT_DEFAULTS,
+        **CONSUMER_DEFAULTS,
         **base_settings(config, client_id),
         "group.id": group,
         "auto.offset.reset": "earliest",

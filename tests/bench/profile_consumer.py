@@ -5,6 +5,7 @@
 Run it under py-spy for every thread's share of the GIL (``py-spy record --gil --format raw -o out.txt -- python -m
 tests.bench.profile_consumer one``), then ``python -m tests.bench.profile_consumer top out.txt`` for the
 functions by self and total samples. Prints msgs/s from the first message to the last, and CPU µs per message.
+``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def consume(mode: str, n: int) -> tuple[float, float]:
     logs.configure("error")
     base = w.group("prof")
     config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
-                    marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq")
+                    marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq",
+                    consumer_kafka=dict(kv.split("=", 1)
+                                        for kv in os.environ.get("PROFILE_CONSUMER_KAFKA", "").split(",") if kv))
     with w.backlog_with_tracker(config, "q", n) as queue:
         consumer = Service(config).queue(queue).consumer()
         done, first, cpu_first = 0, None, 0.0

@@ -149,6 +149,15 @@ def test_consumers_give_a_commit_up_after_10_s_unless_the_config_says_otherwise(
         assert make(consumer, "g", "c")["socket.timeout.ms"] == "20000"
 
 
+def test_consumers_fetch_again_20_ms_after_their_queue_was_full_unless_the_config_says_otherwise() -> None:
+    from kmq._kafka.settings import consumer_settings, reader_settings
+
+    for make in (consumer_settings, reader_settings):
+        assert make(Config(**BASE), "g", "c")["fetch.queue.backoff.ms"] == 20, "librdkafka's 1 s stalls a backlog"
+        consumer = Config(**BASE, consumer_kafka={"fetch.queue.backoff.ms": "1000"})
+        assert make(consumer, "g", "c")["fetch.queue.backoff.ms"] == "1000"
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("bootstrap_servers: a:1\nno_such_key: 1\n", "no_such_key: unknown configuration key"),
     ("bootstrap_servers: [a\n", "not valid YAML"),

@@ -49,11 +49,15 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
     group description on a broker started a moment ago counts as "not yet" instead of failing the bench)."""
     from confluent_kafka.admin import AdminClient
 
-    proc = subprocess.Popen([sys.executable, "-m", "redelivery"], cwd=ROOT, env=env_for(config),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the tracker writes to it for as long as it runs
+    proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
+                            stdout=subprocess.DEVNULL, stderr=log)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
 
     def holding() -> bool:
+        if proc.poll() is not None:  # it will never hold one: say why now, not after the whole wait
+            log.seek(0)
+            raise RuntimeError(f"the tracker exited {proc.returncode}: {log.read().decode()[-2000:]}")
         try:
             return members_holding_partitions(admin, config.tracker_group) > 0
         except TimeoutError:

@@ -38,6 +38,7 @@ from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
+
 class Screen(Protocol):
     """Takes duplicate sends out before their Starts (kmq.client.consumer.deduplicator.Deduplicator)."""
 

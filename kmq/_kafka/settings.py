@@ -91,7 +91,7 @@ def reader_settings(config: Config, group: str, client_id: str) -> dict[str, Any
     """A consumer that reads given offsets back (no group membership, no commits): the tracker's read-back."""
     return {
         **consumer_settings(config.replace(client_id=""), group, client_id),
-        "enable.partition.eof": True,  # the end of a partition ends a range: what it did not hold is not there
+        "enable.partition.eof": True,  # a record still past the end when a round gives up: the reason says so
         "auto.offset.reset": "error",  # never read from elsewhere than asked
         "fetch.wait.max.ms": 20,  # a range's end is read at once, not after the broker's half-second hold
         # Memory stays within what one round reads ahead, whatever the payloads.

@@ -27,8 +27,8 @@ def ranges(offsets: Iterable[int], max_gap: int = MAX_GAP) -> list[tuple[int, in
 
 
 class ReadPlan:
-    """One partition's wanted offsets and the scan through them: ``start()`` says where to seek, ``seen(offset)``
-    takes each record read, in order, and ``ended()`` the partition's end."""
+    """One partition's wanted offsets and the scan through them: ``start()`` says where to seek and ``seen(offset)``
+    takes each record read, in order (a partition's end says nothing: see kmq.redelivery.record_reader)."""
 
     def __init__(self, wanted: Iterable[int], max_gap: int = MAX_GAP) -> None:
         self._wanted = sorted(set(wanted))
@@ -69,14 +69,6 @@ class ReadPlan:
         if self._next < end:
             return hit, None
         return hit, self._next_range()
-
-    def ended(self) -> int | None:
-        """The partition's end was reached: the rest of the current range is missing; where to seek next."""
-        if self.done:
-            return None
-        self.missing += self._wanted[self._next:self._range_end]
-        self._next = self._range_end
-        return self._next_range()
 
     def outside(self, low: int, high: int) -> list[int]:
         """Drops the wanted offsets not yet read that are outside the partition's [low, high) (deleted by retention,

@@ -5,7 +5,9 @@ on it. Each round takes what was asked so far (at most ``max_per_round``), reads
 ranges (kmq.redelivery.read_plan), hands every record found to ``on_done``
 as it comes (memory stays within one fetch, whatever the payloads), and then says what it could not read:
 ``Missing`` (before the partition's start: deleted by retention; passed over: compacted away; another queue's
-record) or ``Failed`` (the broker did not answer in time: ask again later).
+record) or ``Failed`` (the broker did not answer in time, or the partition's end was still below the record: ask
+again later). The end of a partition proves nothing missing: right after a leader change the new leader's high
+watermark can lag records the old one had already served.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ class RecordReader:
     def _scan(self, plans: dict[int, ReadPlan], asked: dict[int, dict[int, list[tuple[bytes, object]]]]) -> None:
         self._client.assign([TopicPartition(self._topic, p, plan.start() or 0) for p, plan in plans.items()])
         deadline = self._monotonic() + self._round_timeout_s
+        ends: dict[int, int] = {}
         while any(not plan.done for plan in plans.values()) and self._monotonic() < deadline:
             for record in self._client.consume(CONSUME_BATCH, CONSUME_WAIT_S):
                 p = record.partition() or 0
@@ -141,18 +144,30 @@ class RecordReader:
                     continue
                 err = record.error()
                 if err is None:
+                    ends.pop(p, None)
                     offset = record.offset() or 0
                     hit, seek_to = plan.seen(offset)
                     if hit:
                         self._deliver(record, asked[p].pop(offset))
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    seek_to = plan.ended()
+                    # Never proof of absence: a Start's record was read by a consumer, so it is below the
+                    # partition's end, unless that end went back (a new leader whose high watermark has not caught
+                    # up with the old one's yet). Reading on gets it once the end moves on; a round timeout asks again.
+                    ends[p] = -1 if record.offset() is None else record.offset()
+                    continue
                 else:
                     # Out of range (auto.offset.reset is "error"): what the partition holds now says what is gone.
                     log.info("read_back_out_of_range", partition=p, error=err.str())
                     seek_to = self._out_of_range(p, plan, asked[p])
                 self._answer_missing(p, plan, asked[p])
                 self._seek(p, seek_to)
+        for p, end in ends.items():
+            if not plans[p].done and end >= 0:
+                reason = (f"{self._topic}[{p}] ended at offset {end} when read, before offset {plans[p].start()} "
+                          "(a new leader's high watermark not caught up yet?)")
+                for askers in asked[p].values():
+                    self._answer(askers, Failed(reason))
+                asked[p].clear()
 
     def _out_of_range(self, partition: int, plan: ReadPlan, asked: dict[int, list[tuple[bytes, object]]]) -> int | None:
         low, high = self._client.get_watermark_offsets(TopicPartition(self._topic, partition), timeout=5,

@@ -255,12 +255,16 @@ class FakeControl:
 @dataclass
 class FakeReaderClient:
     """A messages topic to read back from (the tracker's RecordReader): ``records[partition]`` in offset order,
-    the first ``low[partition]`` offsets deleted; reading past a partition's last record says EOF, as librdkafka's
-    ``enable.partition.eof`` does, reading outside [low, end] an auto-offset-reset error. ``fail`` makes every
-    watermark query and read fail (a broker gone)."""
+    the first ``low[partition]`` offsets deleted; reading up to a partition's end says EOF once, as librdkafka's
+    ``enable.partition.eof`` does, and reading goes on there (records added later come), reading outside [low, end]
+    an auto-offset-reset error. ``served_end[partition]``: the high watermark a new leader serves before it catches
+    up (reads stop and say EOF there, while the log goes on). ``fail`` makes every watermark query and read fail (a
+    broker gone)."""
 
     records: dict[int, list[Record]] = field(default_factory=dict)
     low: dict[int, int] = field(default_factory=dict)
+    served_end: dict[int, int] = field(default_factory=dict)
+    eof_at: dict[int, int] = field(default_factory=dict)
     fail: bool = False
     closed: bool = False
     positions: dict[int, int] = field(default_factory=dict)
@@ -275,10 +279,12 @@ class FakeReaderClient:
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         self.positions = {tp.partition: tp.offset for tp in partitions}
+        self.eof_at = {}
 
     def seek(self, partition: TopicPartition) -> None:
         self.seeks.append((partition.partition, partition.offset))
         self.positions[partition.partition] = partition.offset
+        self.eof_at.pop(partition.partition, None)
 
     def unassign(self) -> None:
         self.positions = {}
@@ -295,14 +301,15 @@ class FakeReaderClient:
                 out.append(Record("", p, -1, error_=KafkaError(KafkaError._AUTO_OFFSET_RESET, "out of range")))
                 self.positions[p] = -1
                 continue
-            ahead = [r for r in self.records.get(p, []) if r.offset() >= at][:num_messages]
+            served = self.served_end.get(p, end)
+            ahead = [r for r in self.records.get(p, []) if at <= r.offset() < served][:num_messages]
             out += ahead
-            if len(ahead) < num_messages:
-                out.append(Record(self.records[p][0].topic() if self.records.get(p) else "", p, -1,
+            if ahead:
+                self.positions[p] = at = ahead[-1].offset() + 1
+            if len(ahead) < num_messages and self.eof_at.get(p) != at:
+                out.append(Record(self.records[p][0].topic() if self.records.get(p) else "", p, served,
                                   error_=KafkaError(KafkaError._PARTITION_EOF)))
-                self.positions[p] = -1  # at the end until sought again
-            else:
-                self.positions[p] = ahead[-1].offset() + 1
+                self.eof_at[p] = at
         return out
 
     def close(self) -> None:

@@ -102,6 +102,33 @@ def test_close_with_the_broker_gone_returns_within_its_timeout_and_says_what_was
     assert raised.value.undelivered >= 1
 
 
+def test_a_record_of_a_lost_partition_returned_after_the_loss_is_never_started_committed_or_handed_out(
+    make: Make,
+) -> None:
+    """CI's frozen worker: thawed, it lost its partitions, librdkafka still returned a record of one fetched before,
+    and the worker Started it, committed it with its next generation (Kafka takes a member's commit of any
+    partition), moved the new owner's committed offset back from 165 to 40 and re-ran 126 handled records."""
+    consumer, clients = make(rebalance_protocol="eager")
+    group = clients.group
+    group.rebalance("assign", [0, 1])
+    group.feed([Record("m", 0, i, value_=b"%d" % i) for i in range(3)])
+    for message in receive(consumer, 3):
+        message.ack()
+    assert wait_for(lambda: group.committed_offsets.get(0) == 3), group.commits
+    commits_before_the_loss = len(group.commits)
+    # When the member is thawed: the loss, a record of partition 0 fetched before it, then an empty assignment
+    with group.lock:
+        group.stale.append(Record("m", 0, 3, value_=b"stale"))
+    group.rebalance("lost", [0, 1])
+    group.rebalance("assign", [])
+    group.committed_offsets[0] = 165  # the new owner's progress meanwhile
+    assert wait_for(lambda: consumer.assignment == set() and not group.stale)
+    # Then nothing of partition 0 is committed again, and the stale record is not handed out
+    assert not receive(consumer, 1, timeout_s=1.0)
+    assert all(0 not in commit for commit in group.commits[commits_before_the_loss:]), group.commits
+    assert group.committed_offsets[0] == 165
+
+
 def test_the_pause_intent_holds_across_a_revoke_and_a_new_assignment(make: Make) -> None:
     consumer, clients = make(receive_buffer_capacity=1, max_in_flight=1, max_read_ahead_records=4)
     group = clients.group

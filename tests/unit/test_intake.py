@@ -134,3 +134,17 @@ def test_every_assigned_partition_is_in_the_intended_pause_state_after_any_seque
         intake.update_pause()
         expected = set() if intake.paused else {p.partition for p in client.assigned}
         assert client.fetchable() == expected
+
+
+def test_records_of_a_partition_given_up_are_dropped_wherever_they_turn_up_until_it_comes_back() -> None:
+    client = FakeFetchClient(assigned=list(PARTS), pending=_records(6))
+    intake = _intake(client, batch_records=10)
+    intake.forget([("m", 0)])
+    # librdkafka can still return a record of it in the poll that ran the loss's callback
+    intake.fetch(0)
+    assert sorted(r.partition() for r in intake.take(10)) == [1, 2, 3, 4, 5]
+    intake.put_back([FakeRecord("m", 0, 6), FakeRecord("m", 1, 7)])  # a rewind after a fenced commit
+    assert [(r.partition(), r.offset()) for r in intake.take(10)] == [(1, 7)]
+    intake.assigned([0])
+    intake.put_back([FakeRecord("m", 0, 8)])
+    assert [(r.partition(), r.offset()) for r in intake.take(10)] == [(0, 8)]

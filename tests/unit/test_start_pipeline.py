@@ -10,6 +10,7 @@ import pytest
 from kmq import Config
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.offsets import CommitOutcome
+from kmq.client.consumer.committer import QueueCommitter
 from kmq.client.consumer.intake import Intake
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
@@ -18,6 +19,7 @@ from kmq.client.message import Message
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import decode_record
 from kmq.wire.markers import MarkerType
+from tests.unit.fake_clients import FakeGroupClient
 from tests.unit.fakes import FakeFetchClient, FakeProducer, FakeRecord, Part
 
 
@@ -169,3 +171,23 @@ def test_a_minimum_interval_holds_a_count_triggered_commit_but_never_the_time_tr
     policy.committed()
     now[0] = 5.1
     assert policy.due()
+
+
+def test_a_rewind_never_brings_back_a_partition_the_book_forgot() -> None:
+    book = OffsetBook(CommitPolicy(1000, 5.0))
+    book.advance({("m", 0): 40, ("m", 1): 7}, 2)
+    book.forget([("m", 0)])
+    book.rewind({("m", 0): 39, ("m", 1): 5})
+    assert book.pending() == {("m", 1): 5}
+
+
+def test_a_partition_given_up_is_never_committed_and_alone_it_is_fenced() -> None:
+    client = FakeGroupClient("m", partitions=2)
+    book = OffsetBook(CommitPolicy(1000, 5.0))
+    left: set[int] = {0}
+    committer = QueueCommitter(client, book, "q", left=left)  # type: ignore[arg-type]
+    book.advance({("m", 0): 40, ("m", 1): 7}, 2)
+    assert committer.commit(book.pending()) is CommitOutcome.COMMITTED
+    assert client.commits == [{1: 7}] and not book
+    assert committer.commit({("m", 0): 41}) is CommitOutcome.FENCED and client.commits == [{1: 7}]
+

@@ -59,6 +59,11 @@ class Intake:
         self.paused = False
         #: Records read from the messages topic, this queue's and others' (read amplification).
         self.records_read = 0
+        #: Partitions this member gave up (revoked or lost) and was not given again. Their records are dropped
+        #: wherever they turn up: librdkafka can still return one fetched before the loss in the same poll that ran
+        #: the lost callback, and a commit of it, with this member's next generation, would move the new owner's
+        #: committed offset back (a thawed worker re-ran 126 records that way).
+        self.left: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._backlog)
@@ -99,8 +104,14 @@ class Intake:
             for record in records:
                 if record.error() is not None:
                     self._on_error(record)
+        if self.left:
+            good = self._held(good)
         self._backlog.extend(good)
         return len(good)
+
+    def _held(self, records: list[Record]) -> list[Record]:
+        left = self.left
+        return [r for r in records if r.partition() not in left]
 
     def take(self, room: int) -> list[Record]:
         """Records from the backlog's front, up to ``room`` of this queue's (other queues' ride along)."""
@@ -114,12 +125,21 @@ class Intake:
         return taken
 
     def put_back(self, records: Sequence[Record]) -> None:
-        """Records taken but not handed out go back to the front, in order, to be taken again."""
+        """Records taken but not handed out go back to the front, in order, to be taken again (those of partitions
+        given up meanwhile are dropped: their next owner reads them)."""
+        if self.left:
+            records = self._held(list(records))
         self._backlog.extendleft(reversed(records))
 
+    def assigned(self, partitions: Iterable[int]) -> None:
+        """Partitions given to this member: their records are taken from now on."""
+        self.left.difference_update(partitions)
+
     def forget(self, partitions: Iterable[TopicPartitionKey]) -> None:
-        """Drops records of partitions this member no longer owns: their next owner reads them again."""
+        """Drops records of partitions this member no longer owns, now and whenever they turn up later: their next
+        owner reads them again."""
         gone = set(partitions)
+        self.left.update(p for _topic, p in gone)
         kept = [r for r in self._backlog if (r.topic(), r.partition()) not in gone]
         self._backlog.clear()  # in place: a caller may be iterating it (this runs inside poll)
         self._backlog.extend(kept)

@@ -31,9 +31,11 @@ class OffsetBook:
         self.policy.note(records)
 
     def rewind(self, first_offsets: Mapping[TopicPartitionKey, int]) -> None:
-        """Records from ``first_offsets`` on go back to be read again: never commit past them."""
+        """Records from ``first_offsets`` on go back to be read again: never commit past them. A partition forgotten
+        meanwhile (given up) stays forgotten: a commit of it would move its new owner's offset back."""
         for tp, offset in first_offsets.items():
-            self._pending[tp] = self._at[tp] = min(self._pending.get(tp, offset), offset)
+            if tp in self._at:
+                self._pending[tp] = self._at[tp] = min(self._pending.get(tp, offset), offset)
 
     def touch(self, tp: TopicPartitionKey) -> None:
         """Commit ``tp`` again at its latest offset (what holds its commit back, message groups, moved on)."""

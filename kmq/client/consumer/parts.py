@@ -100,7 +100,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
     })
     intake = Intake(client, key, errors.on_record_error, config.receive_buffer_capacity, config.max_read_ahead_records)
     book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
-    committer = QueueCommitter(client, book, queue)
+    committer = QueueCommitter(client, book, queue, left=intake.left)
     gate = ReadyGate(out=out, in_flight=in_flight, settler=settler, writer=writer,
                      purged_before=lambda: control.state.purged_before.get(queue),
                      dead_letter_expired=config.expired_messages == "dead-letter")

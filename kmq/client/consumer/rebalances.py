@@ -37,6 +37,7 @@ class Rebalances:
         self._closed = closed
 
     def on_assigned(self, partitions: list[int]) -> None:
+        self._intake.assigned(partitions)
         self._keep_alives.lost.difference_update(partitions)
         if self._groups is not None:
             self._groups.assigned(partitions)

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from kmq._kafka.offsets import GroupOffsets
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
+from kmq.errors import KmqError
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +49,8 @@ class KafkaGroupAdmin:
     def __init__(self, config: Config) -> None:
         self._config = config
         self._admin: AdminClient | None = None
-        #: Per group, a consumer with its id that never subscribes: it reads the group's committed offsets.
-        self._readers: dict[str, Consumer] = {}
+        #: Committed offsets through consumers of the groups' ids, not the AdminClient (see GroupOffsets).
+        self._offsets = GroupOffsets(config, "kmq-health", **{"reconnect.backoff.max.ms": 1000})
 
     def _client(self) -> AdminClient:
         if self._admin is None:
@@ -56,19 +58,6 @@ class KafkaGroupAdmin:
             # backoff (up to 10 s after an outage).
             self._admin = AdminClient({"reconnect.backoff.max.ms": 1000, **base_settings(self._config, "kmq-health")})
         return self._admin
-
-    def _offsets_reader(self, group: str) -> Consumer:
-        # Not the AdminClient's list_consumer_group_offsets: librdkafka (2.16) answers an offset fetch that meets a
-        # coordinator move (NOT_COORDINATOR, as right after a frozen broker thaws) by asking the client's own consumer
-        # group to find the coordinator again, and an AdminClient has none: the process dies in rd_kafka_cgrp_op
-        # (a worker's health check did, in the fault run's 30 s broker freeze). A consumer with the group's id has
-        # one; never subscribing, it never joins the group.
-        reader = self._readers.get(group)
-        if reader is None:
-            reader = Consumer({"reconnect.backoff.max.ms": 1000, **base_settings(self._config, "kmq-health"),
-                               "group.id": group, "enable.auto.commit": False})
-            self._readers[group] = reader
-        return reader
 
     def view(self, group: str, topic: str, timeout_s: float) -> GroupView | None:
         admin = self._client()
@@ -86,19 +75,15 @@ class KafkaGroupAdmin:
         admin = self._client()
         try:
             partitions = list(admin.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
-            offsets = self._offsets_reader(group).committed([TopicPartition(topic, p) for p in partitions],
-                                                            timeout=timeout_s)
+            committed = self._offsets.committed(group, topic, timeout_s, partitions)
             ends = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                                        for p in partitions},
                                       request_timeout=timeout_s)
             high: dict[int, int] = {tp.partition: int(future.result(timeout=timeout_s).offset)
                                     for tp, future in ends.items()}
-        except (KafkaException, TimeoutError, KeyError):
+        except (KafkaException, KmqError, TimeoutError, KeyError):
             return None
-        if any(tp.error is not None for tp in offsets):
-            return None
-        committed = {tp.partition: tp.offset for tp in offsets if tp.offset >= 0}
-        return int(sum(max(0, end - committed.get(p, 0)) for p, end in high.items()))
+        return int(sum(max(0, end - committed[p][0] if p in committed else end) for p, end in high.items()))
 
 
 def _assigned(member: Any) -> list[Any]:

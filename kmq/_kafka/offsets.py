@@ -9,13 +9,12 @@ from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
-from kmq.errors import KafkaClientError
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -91,19 +90,69 @@ def committed_with_metadata(consumer: Any, topic: str, partitions: list[int],
     return {tp.partition: (tp.offset, tp.metadata or None) for tp in found}
 
 
+class GroupOffsets:
+    """Consumer groups' committed offsets, each read by a consumer with the group's id that never subscribes (so it
+    never joins the group), made on first use per group and kept until ``close``.
+
+    Not the AdminClient's ``list_consumer_group_offsets``: librdkafka (2.16, and its master in 2026) answers an
+    offset fetch that meets a coordinator move (NOT_COORDINATOR, as right after a broker failover or a frozen broker
+    thaws) by asking the client's own consumer group to find the coordinator again, without checking it has one; an
+    AdminClient has none, and the process dies in ``rd_kafka_cgrp_op`` (confluentinc/librdkafka#5040; a worker's
+    health check did, in a fault run). A consumer with the group's id has one.
+    """
+
+    def __init__(self, config: Config, client_id: str, **settings: Any) -> None:
+        self._settings = {**base_settings(config, client_id), "enable.auto.commit": False, **settings}
+        self._timeout_s = config.connect_timeout_ms / 1000
+        self._bootstrap = config.bootstrap_servers
+        self._readers: dict[str, KafkaConsumer] = {}
+
+    def __enter__(self) -> GroupOffsets:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def committed(self, group: str, topic: str, timeout_s: float | None = None,
+                  partitions: list[int] | None = None) -> dict[int, tuple[int, str | None]]:
+        """``group``'s committed offsets on ``topic`` (of ``partitions``, default all), with each commit's metadata;
+        partitions it never committed are left out. A KafkaClientError when the broker cannot say."""
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
+        reader = self._reader(group)
+        try:
+            if partitions is None:
+                described = reader.list_topics(topic, timeout=timeout_s).topics.get(topic)
+                if described is None or described.error is not None:
+                    return {}
+                partitions = sorted(described.partitions)
+            found = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+        except KafkaException as exc:
+            raise to_kmq_error(exc, f"committed offsets of group {group!r}") from exc
+        errors = [tp.error for tp in found if tp.error is not None]
+        if errors:
+            raise to_kmq_error(KafkaException(errors[0]), f"committed offsets of group {group!r}")
+        return {tp.partition: (tp.offset, tp.metadata or None) for tp in found if tp.offset >= 0}
+
+    def offsets(self, group: str, topic: str, timeout_s: float | None = None) -> dict[int, int]:
+        """``group``'s committed offsets on ``topic``, per partition (none: an empty dict)."""
+        return {p: offset for p, (offset, _meta) in self.committed(group, topic, timeout_s).items()}
+
+    def close(self) -> None:
+        readers, self._readers = self._readers, {}
+        for reader in readers.values():
+            reader.close()
+
+    def _reader(self, group: str) -> KafkaConsumer:
+        reader = self._readers.get(group)
+        if reader is None:
+            reader = self._readers[group] = KafkaConsumer({**self._settings, "group.id": group})
+        return reader
+
+
 def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:
     """The offsets ``group`` has committed on ``topic``, per partition (none: an empty dict)."""
-    admin = AdminClient(base_settings(config, "kmq-admin"))
-    timeout_s = config.connect_timeout_ms / 1000
-    try:
-        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(
-            timeout=timeout_s)
-    except KafkaException as exc:
-        raise to_kmq_error(exc, f"committed offsets of group {group!r}") from exc
-    except TimeoutError:
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:.0f}s",
-                               retriable=True) from None
-    return {tp.partition: tp.offset for tp in result.topic_partitions or [] if tp.topic == topic and tp.offset >= 0}
+    with GroupOffsets(config, "kmq-admin") as offsets:
+        return offsets.offsets(group, topic)
 
 
 def group_members(config: Config, group: str, timeout_s: float | None = None) -> int | None:

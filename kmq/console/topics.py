@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq._kafka import control
-from kmq._kafka.offsets import group_offsets
+from kmq._kafka.offsets import GroupOffsets, group_offsets
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
 from kmq.console.workers import Ends, Group, Member
@@ -208,20 +208,8 @@ def committed_offsets(config: Config, topics: TopicSet) -> dict[str, dict[int, i
 
 def redrive_offsets(config: Config, topics: TopicSet, queues: Iterable[str]) -> dict[str, dict[int, int]]:
     """Per queue, the offsets ``kmq dlq redrive`` committed on the set's dead-letter topic (its redrive group's)."""
-    names = list(queues)
-    if not names:
-        return {}
-    admin = AdminClient(_kafka.base_settings(config, "kmq-console-admin"))
-    timeout_s = config.connect_timeout_ms / 1000
-    groups = {q: topics.redrive_group(q) for q in names}
-    asked = {q: admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-             for q, group in groups.items()}  # all asked at once, then waited for
-    out: dict[str, dict[int, int]] = {}
-    for q, futures in asked.items():
-        result = futures[groups[q]].result(timeout_s)
-        out[q] = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                  if tp.topic == topics.dead_letters and tp.offset >= 0}
-    return out
+    with GroupOffsets(config, "kmq-console-offsets") as reader:
+        return {q: reader.offsets(topics.redrive_group(q), topics.dead_letters) for q in queues}
 
 
 # --- actions -------------------------------------------------------------------------------------------------------

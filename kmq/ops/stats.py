@@ -11,15 +11,15 @@ making progress is an error, never a silently partial answer. kmq.ops.lifecycle 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
+from kmq._kafka.offsets import GroupOffsets
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
@@ -34,32 +34,26 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None = None) -> dict[str, dict[int, int]]:
     """Queue → partition → committed offset on the set's messages topic, for every queue's consumer group in the set
     (or these queues')."""
-    admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
     timeout_s = config.connect_timeout_ms / 1000
     prefix = topics.consumer_group("")  # a queue's group is the prefix and the queue
-    try:
-        if queues is None:
+    if queues is None:
+        admin = AdminClient(_kafka.base_settings(config, "kmq-stats-admin"))
+        try:
             listed = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout_s)
-            groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
-        else:
-            groups = [topics.consumer_group(q) for q in queues]
-        futures: list[dict[str, Future[ConsumerGroupTopicPartitions]]] = [
-            admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)]) for g in groups]
-        out: dict[str, dict[int, int]] = {}
-        for group, future in zip(groups, futures, strict=True):
-            try:
-                result = future[group].result(timeout_s)
-            except KafkaException as exc:
-                raise _kafka.to_kmq_error(exc, f"committed offsets of consumer group {group!r}") from exc
-            offsets = {tp.partition: tp.offset for tp in result.topic_partitions or []
-                       if tp.topic == topics.messages and tp.offset >= 0}
+        except TimeoutError:  # the future's own timeout: a bare TimeoutError (a traceback and no word of Kafka)
+            raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:g}s "
+                                   "(asking for the queues' consumer groups)", retriable=True) from None
+        except KafkaException as exc:
+            raise _kafka.to_kmq_error(exc, "the queues' consumer groups") from exc
+        groups = [g.group_id for g in listed.valid if g.group_id.startswith(prefix)]
+    else:
+        groups = [topics.consumer_group(q) for q in queues]
+    out: dict[str, dict[int, int]] = {}
+    with GroupOffsets(config, "kmq-stats-offsets") as reader:
+        for group in groups:
+            offsets = reader.offsets(group, topics.messages)
             if offsets:
                 out[group[len(prefix):]] = offsets
-    except TimeoutError:  # the futures' own timeout: a bare TimeoutError (a traceback and no word of Kafka)
-        raise KafkaClientError(f"cannot reach Kafka at {config.bootstrap_servers} within {timeout_s:g}s "
-                               "(asking for the queues' committed offsets)", retriable=True) from None
-    except KafkaException as exc:
-        raise _kafka.to_kmq_error(exc, "the queues' committed offsets") from exc
     return out
 
 

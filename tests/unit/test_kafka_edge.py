@@ -78,3 +78,16 @@ def test_a_created_topic_that_never_gets_a_leader_is_an_error_naming_it() -> Non
     config = Config(bootstrap_servers="127.0.0.1:9")
     with pytest.raises(KafkaClientError, match=r"'q\.messages' were created but have no leader"):
         topics._wait_until_served(admin, ["q.messages"], config, timeout_s=0.3)  # type: ignore[arg-type]
+
+
+def test_no_module_fetches_committed_offsets_through_the_admin_client() -> None:
+    """librdkafka crashes the process when an AdminClient's offset fetch meets a coordinator move (see
+    kmq._kafka.offsets.GroupOffsets): committed offsets are read through a consumer of the group's id."""
+    import ast
+    from pathlib import Path
+
+    root = Path(_kafka.__file__).resolve().parents[1]
+    calls = [f"{path.relative_to(root)}:{node.lineno}" for path in root.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr == "list_consumer_group_offsets"]
+    assert calls == []

@@ -296,10 +296,13 @@ class Consumer:
         partition, so the next consumer reads them. Received ones are earlier in each partition, so none comes
         twice."""
         first: dict[TopicPartitionKey, int] = {}
+        left = self._p.intake.left  # a partition given up is its new owner's to commit: never moved back from here
         for mid in never_received:
             tp = (self._topics.messages, mid.partition)
-            first[tp] = min(first.get(tp, mid.offset), mid.offset)
-        _kafka.commit(self._p.client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
+            if mid.partition not in left:
+                first[tp] = min(first.get(tp, mid.offset), mid.offset)
+        if first:
+            _kafka.commit(self._p.client, first, f"queue {self._queue!r} (unreceived, at most once)", 1)
 
     def __enter__(self) -> Consumer:
         return self

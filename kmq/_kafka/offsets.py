@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
+from kmq._kafka.metadata import check_topic, metadata
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
 
@@ -103,8 +104,8 @@ class GroupOffsets:
 
     def __init__(self, config: Config, client_id: str, **settings: Any) -> None:
         self._settings = {**base_settings(config, client_id), "enable.auto.commit": False, **settings}
+        self._config = config
         self._timeout_s = config.connect_timeout_ms / 1000
-        self._bootstrap = config.bootstrap_servers
         self._readers: dict[str, KafkaConsumer] = {}
 
     def __enter__(self) -> GroupOffsets:
@@ -119,12 +120,14 @@ class GroupOffsets:
         partitions it never committed are left out. A KafkaClientError when the broker cannot say."""
         timeout_s = self._timeout_s if timeout_s is None else timeout_s
         reader = self._reader(group)
+        if partitions is None:  # an unreachable broker, refused credentials: one clear error each
+            described = metadata(reader, self._config, topic, timeout_s).topics.get(topic)
+            if described is None or (described.error is not None
+                                     and described.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                return {}
+            check_topic(described, topic, "the")
+            partitions = sorted(described.partitions)
         try:
-            if partitions is None:
-                described = reader.list_topics(topic, timeout=timeout_s).topics.get(topic)
-                if described is None or described.error is not None:
-                    return {}
-                partitions = sorted(described.partitions)
             found = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
         except KafkaException as exc:
             raise to_kmq_error(exc, f"committed offsets of group {group!r}") from exc

@@ -12,8 +12,8 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kmq._kafka.errors import LEADERSHIP_MOVING, OWNERSHIP_LOST, to_kmq_error
-from kmq._kafka.metadata import check_topic, metadata
+from kmq._kafka.errors import LEADERSHIP_MOVING, NOT_AUTHORIZED, OWNERSHIP_LOST, not_authorized, to_kmq_error
+from kmq._kafka.metadata import metadata
 from kmq._kafka.settings import base_settings
 from kmq.config import Config
 
@@ -122,10 +122,14 @@ class GroupOffsets:
         reader = self._reader(group)
         if partitions is None:  # an unreachable broker, refused credentials: one clear error each
             described = metadata(reader, self._config, topic, timeout_s).topics.get(topic)
-            if described is None or (described.error is not None
-                                     and described.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            error = None if described is None else described.error
+            if described is None or (error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
                 return {}
-            check_topic(described, topic, "the")
+            if error is not None and error.code() in NOT_AUTHORIZED:  # both resources named: the tenant's ACLs
+                raise not_authorized(f"topic {topic!r} (for the committed offsets of consumer group {group!r})",
+                                     error)
+            if error is not None:
+                raise to_kmq_error(KafkaException(error), f"metadata of topic {topic!r}")
             partitions = sorted(described.partitions)
         try:
             found = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)

@@ -30,6 +30,7 @@ from kmq.errors import (
     TopicError,
     UndeliveredMarkersError,
 )
+from kmq.heap import tune_gc
 from kmq.redelivery import RedeliveryTracker
 from kmq.service import Queue, Service
 from kmq.topic_sets import TopicSet
@@ -51,6 +52,8 @@ __all__ = [  # noqa: RUF022 - grouped by kind, as aiokafka and dramatiq do
     "Handler",
     "RedeliveryTracker",
     "Worker",
+    # process set-up
+    "tune_gc",
     # values
     "Delivery",
     "Message",

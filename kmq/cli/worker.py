@@ -49,6 +49,7 @@ def usage_error(args: argparse.Namespace) -> str | None:
 
 
 def cmd_worker(config: Config, args: argparse.Namespace) -> int:
+    from kmq.heap import tune_gc
     from kmq.wire import validate_queue_name
     from kmq.worker import Backoff, Worker, load_handler
 
@@ -69,7 +70,7 @@ def cmd_worker(config: Config, args: argparse.Namespace) -> int:
     for topics in dict.fromkeys(config.topics_for(q) for q in args.queue):
         warn_if_no_tracker(config, topics)
     try:
-        worker.run()
+        worker.run(on_started=tune_gc)
     finally:
         print(json.dumps(dict(worker.counts)))  # what was done, also when the end was not clean
     return EXIT_OK

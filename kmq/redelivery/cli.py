@@ -17,6 +17,7 @@ from kmq import logs
 from kmq._kafka.topics import check_topics
 from kmq.config import Config
 from kmq.errors import AuthenticationError, AuthorizationError, KafkaClientError, KmqError
+from kmq.heap import tune_gc
 from kmq.metrics_http import serve
 from kmq.redelivery.metrics import TrackerMetrics, registry_of
 from kmq.redelivery.tracker import RedeliveryTracker
@@ -78,6 +79,7 @@ def run(config: Config, topic_sets: Sequence[str] | None = None) -> int:
         if stop.is_set():
             on_signal(signal.SIGTERM, None)
         threading.Thread(target=watch_loop, args=(trackers, stop), name="kmq-tracker-watchdog", daemon=True).start()
+        tune_gc()  # set up: from here on the process is one loop over markers
         _run_all(trackers)
     finally:
         stop.set()

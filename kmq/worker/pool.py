@@ -267,6 +267,7 @@ def child_main(recipe: WorkerRecipe, conn: Connection) -> None:
     import sys
 
     from kmq import logs
+    from kmq.heap import tune_gc
     from kmq.worker.worker import Worker, load_handler
 
     logs.configure(recipe.log_level, recipe.log_json)
@@ -289,7 +290,12 @@ def child_main(recipe: WorkerRecipe, conn: Connection) -> None:
                         drain_timeout_s=recipe.drain_timeout_s, close_timeout_s=recipe.close_timeout_s,
                         time_limit_s=recipe.time_limit_s)
         port = worker.bind_metrics(0) if recipe.child_metrics else None
-        worker.run(on_started=lambda: conn.send(("ready", port)))
+
+        def started() -> None:
+            tune_gc()  # set up: from here on the process handles messages
+            conn.send(("ready", port))
+
+        worker.run(on_started=started)
     except KmqError as err:
         log.error("worker_process_failed", error=str(err))
         code = 1

@@ -33,6 +33,9 @@ QUICK = bool(os.environ.get("KMQ_BENCH_QUICK"))
 N_PRODUCE = 20_000 if QUICK else 100_000
 N_SYNC = 300 if QUICK else 2_000
 N_E2E = 20_000 if QUICK else 100_000
+#: Rounds of each e2e row, the baselines' too; a row reports its best. One run of 100,000 messages lasts 0.1-1 s, and
+#: on this 2-core machine the same code's rate moved up to 2x between runs (the ShareConsumer 286k-836k msgs/s).
+E2E_ROUNDS = 1 if QUICK else 2
 N_LATENCY, RATE = (3_000, 1_000) if QUICK else (10_000, 2_000)
 N_REDELIVER = 2_000 if QUICK else 10_000
 N_DELAYED = 2_000 if QUICK else 10_000
@@ -100,22 +103,16 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
     """Acked throughput: raw consume+commit and Kafka's share groups as baselines, kmq per message, in batches,
     in 1, 2 and 4 processes, and in kafka-mq-go's marker format; a tracker runs for every kmq case."""
     setup = {"messages": N_E2E, "payload": 256, "partitions": PARTITIONS}
-    raw = _raw_rate(bootstrap, admin, 1)
-    shares = {procs: _share_rate(bootstrap, admin, procs) for procs in CONSUMER_PROCESSES}
+    raw = max(_raw_rate(bootstrap, admin, 1) for _ in range(E2E_ROUNDS))
+    shares = {procs: max(_share_rate(bootstrap, admin, procs) for _ in range(E2E_ROUNDS))
+              for procs in CONSUMER_PROCESSES}
     cases = [Case("ShareConsumer explicit ack (the baseline below)", "msgs/s", shares[1], raw, "raw consume+commit",
                   {**setup, "processes": 1})]
     runs = [(procs, batch, "kmq") for batch in (0, 500) for procs in CONSUMER_PROCESSES]
     runs += [(procs, -500, "kmq") for procs in CONSUMER_PROCESSES[:2]] + [(1, 0, "kafka-mq-go")]
     for procs, batch, marker_format in runs:
-        config = fresh(bootstrap, "e2e", marker_format=marker_format)
-        queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
-        preload(config, queue, N_E2E)
-        with TrackerProbe(config) as probe:
-            cpu_before, since = probe.cpu_s(), time.monotonic()
-            ours, _ = w.run_consumers(w._kmq_consume, (config, queue, batch), N_E2E, procs)
-            tracker_cpu = probe.cpu_s() - cpu_before
-            lag = probe.lag_ms(since)
-        marker_bytes, marker_records = _topic_bytes(bootstrap, config.marker_topic)
+        ours, tracker_cpu, lag, marker_bytes, marker_records = max(
+            (_kmq_round(bootstrap, procs, batch, marker_format) for _ in range(E2E_ROUNDS)), key=lambda r: r[0])
         how = f"receive_many({abs(batch)})" if batch else "receive()"
         settle = "ack_many" if batch < 0 else "ack"
         cases.append(Case(f"kmq {how} + {settle}, {procs} process(es), {marker_format} markers", "msgs/s", ours,
@@ -129,6 +126,20 @@ def e2e_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
                                f"{marker_bytes / N_E2E:.1f} B (key+value) and {marker_records / N_E2E:.3f} records "
                                "per acked message"))
     return cases
+
+
+def _kmq_round(bootstrap: str, procs: int, batch: int,
+               marker_format: str) -> tuple[float, float, dict[str, float], int, int]:
+    """One round of a kmq e2e row: msgs/s, the tracker's CPU s, its marker lag, and the markers' bytes and records."""
+    config = fresh(bootstrap, "e2e", marker_format=marker_format)
+    queue = w.group("e2e")  # its own consumer group: dead members of an earlier case must not stall it
+    preload(config, queue, N_E2E)
+    with TrackerProbe(config) as probe:
+        cpu_before, since = probe.cpu_s(), time.monotonic()
+        ours, _ = w.run_consumers(w._kmq_consume, (config, queue, batch), N_E2E, procs)
+        tracker_cpu = probe.cpu_s() - cpu_before
+        lag = probe.lag_ms(since)
+    return (ours, tracker_cpu, lag, *_topic_bytes(bootstrap, config.marker_topic))
 
 
 def _topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:

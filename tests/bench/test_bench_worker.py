@@ -67,7 +67,7 @@ def _bare_loop(config: Config, queue: str, n: int, go: Any, out: Any) -> None:
     """The baseline: one thread's ``receive()`` + ``ack()`` loop on one consumer."""
     logs.configure("error")
     consumer = Service(config).queue(queue).consumer()
-    go.wait()
+    w.set_up_done(go)
     acked = [0]
 
     def loop() -> None:
@@ -90,7 +90,7 @@ def _worker(config: Config, queue: str, concurrency: int, processes: bool, n: in
 
     logs.configure("error")
     worker = Worker(config, [queue], load_handler(HANDLER), concurrency, processes=processes, handler_spec=HANDLER)
-    go.wait()
+    w.set_up_done(go)  # as `kmq worker` does once set up
     runner = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="the worker",
                               daemon=True)
     runner.start()

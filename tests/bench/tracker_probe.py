@@ -11,7 +11,7 @@ from types import TracebackType
 
 from confluent_kafka import Consumer, TopicPartition
 
-from kmq import Config
+from kmq import Config, tune_gc
 from kmq.redelivery.tracker import RedeliveryTracker
 from tests.bench.results import percentiles
 from tests.markers_io import wait_for
@@ -32,6 +32,9 @@ class TrackerProbe:
         self._sampler = threading.Thread(target=self._sample, name="bench-tracker-probe", daemon=True)
 
     def __enter__(self) -> TrackerProbe:
+        # As the tracker's own process does once set up: this one holds pytest's heap too, and every full collection
+        # of it (tens of ms) took CPU from the consumers measured beside it.
+        tune_gc()
         self._thread.start()
         def caught_up() -> bool:  # ``partitions`` is a fresh dict on each call (it was the live one): ask each time
             parts = self.tracker.partitions

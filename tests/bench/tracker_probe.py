@@ -32,8 +32,8 @@ class TrackerProbe:
         self._sampler = threading.Thread(target=self._sample, name="bench-tracker-probe", daemon=True)
 
     def __enter__(self) -> TrackerProbe:
-        # As the tracker's own process does once set up: this one holds pytest's heap too, and every full collection
-        # of it (tens of ms) took CPU from the consumers measured beside it.
+        # As a deployed tracker's process does once set up (this one holds pytest's heap besides, which full
+        # collections would scan while the consumers measured beside it run).
         tune_gc()
         self._thread.start()
         def caught_up() -> bool:  # ``partitions`` is a fresh dict on each call (it was the live one): ask each time

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 import structlog
@@ -20,6 +21,15 @@ from kmq.config import Config
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 COMMIT_ATTEMPTS = 3
+#: Groups ``committed_of_groups`` reads at once. A read is a few round trips (the group's coordinator found, then
+#: asked) in a fresh client, waiting on the network, not the CPU: 100 groups took 5 s one after the other, ~0.3 s 16 at
+#: once; more at once mostly adds client threads (about five each) and connections at the same instant.
+GROUPS_AT_ONCE = 16
+#: librdkafka settings of a reader made for one read. librdkafka drops its bootstrap connection once it learns the
+#: broker's id, failing a coordinator lookup sent on it, and asks again only after reconnect.backoff.ms / 2 (50 ms by
+#: default; its floor is 11 ms): about half the reads took 54 ms instead of 5 (measured with 100 groups on one broker:
+#: 30 ms a read on average, 8 ms with 10). A reader lives one read, so its backoff never grows to matter.
+ONE_READ_SETTINGS: dict[str, Any] = {"reconnect.backoff.ms": 10}
 
 
 class Committer(Protocol):
@@ -119,26 +129,32 @@ class GroupOffsets:
         """``group``'s committed offsets on ``topic`` (of ``partitions``, default all), with each commit's metadata;
         partitions it never committed are left out. A KafkaClientError when the broker cannot say."""
         timeout_s = self._timeout_s if timeout_s is None else timeout_s
-        reader = self._reader(group)
-        if partitions is None:  # an unreachable broker, refused credentials: one clear error each
-            described = metadata(reader, self._config, topic, timeout_s).topics.get(topic)
-            error = None if described is None else described.error
-            if described is None or (error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        if partitions is None:
+            partitions = self.partitions(group, topic, timeout_s)
+            if partitions is None:
                 return {}
-            if error is not None and error.code() in NOT_AUTHORIZED:  # both resources named: the tenant's ACLs
-                raise not_authorized(f"topic {topic!r} (for the committed offsets of consumer group {group!r})",
-                                     error)
-            if error is not None:
-                raise to_kmq_error(KafkaException(error), f"metadata of topic {topic!r}")
-            partitions = sorted(described.partitions)
         try:
-            found = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+            found = self._reader(group).committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
         except KafkaException as exc:
             raise to_kmq_error(exc, f"committed offsets of group {group!r}") from exc
         errors = [tp.error for tp in found if tp.error is not None]
         if errors:
             raise to_kmq_error(KafkaException(errors[0]), f"committed offsets of group {group!r}")
         return {tp.partition: (tp.offset, tp.metadata or None) for tp in found if tp.offset >= 0}
+
+    def partitions(self, group: str, topic: str, timeout_s: float | None = None) -> list[int] | None:
+        """The partitions of ``topic`` (None: no such topic), asked through ``group``'s reader. An unreachable broker,
+        refused credentials, a topic the principal may not see: one clear error each."""
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
+        described = metadata(self._reader(group), self._config, topic, timeout_s).topics.get(topic)
+        error = None if described is None else described.error
+        if described is None or (error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            return None
+        if error is not None and error.code() in NOT_AUTHORIZED:  # both resources named: the tenant's ACLs
+            raise not_authorized(f"topic {topic!r} (for the committed offsets of consumer group {group!r})", error)
+        if error is not None:
+            raise to_kmq_error(KafkaException(error), f"metadata of topic {topic!r}")
+        return sorted(described.partitions)
 
     def offsets(self, group: str, topic: str, timeout_s: float | None = None) -> dict[int, int]:
         """``group``'s committed offsets on ``topic``, per partition (none: an empty dict)."""
@@ -156,10 +172,40 @@ class GroupOffsets:
         return reader
 
 
-def group_offsets(config: Config, group: str, topic: str) -> dict[int, int]:
-    """The offsets ``group`` has committed on ``topic``, per partition (none: an empty dict)."""
-    with GroupOffsets(config, "kmq-admin") as offsets:
-        return offsets.offsets(group, topic)
+def group_offsets(config: Config, group: str, topic: str, partitions: list[int] | None = None) -> dict[int, int]:
+    """The offsets ``group`` has committed on ``topic`` (of ``partitions``, default all), per partition (none: an
+    empty dict)."""
+    with GroupOffsets(config, "kmq-admin", **ONE_READ_SETTINGS) as offsets:
+        return {p: offset for p, (offset, _meta) in offsets.committed(group, topic, partitions=partitions).items()}
+
+
+def committed_of_groups(config: Config, client_id: str, groups: Iterable[str],
+                        topic: str) -> dict[str, dict[int, tuple[int, str | None]]]:
+    """Each of ``groups``' committed offsets on ``topic``, as ``GroupOffsets.committed`` reads them: the topic described
+    once, then GROUPS_AT_ONCE groups read at a time, each by a reader made for it and closed once read (none is kept:
+    a hundred idle clients cost more than making them). The first read that fails is raised (a KafkaClientError), once
+    the reads under way are done and their readers closed; the reads not begun are dropped."""
+    groups = list(dict.fromkeys(groups))
+    if not groups:
+        return {}
+    with GroupOffsets(config, client_id, **ONE_READ_SETTINGS) as first:
+        partitions = first.partitions(groups[0], topic)
+    if partitions is None:  # no such topic: nothing committed on it
+        return {group: {} for group in groups}
+
+    def read(group: str) -> dict[int, tuple[int, str | None]]:
+        with GroupOffsets(config, client_id, **ONE_READ_SETTINGS) as reader:
+            return reader.committed(group, topic, partitions=partitions)
+
+    pool = ThreadPoolExecutor(min(GROUPS_AT_ONCE, len(groups)), thread_name_prefix="kmq-group-offsets")
+    try:
+        futures = {group: pool.submit(read, group) for group in groups}
+        done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()  # raises the failure, if one stopped the wait
+        return {group: future.result() for group, future in futures.items()}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def group_members(config: Config, group: str, timeout_s: float | None = None) -> int | None:

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq._kafka import control
-from kmq._kafka.offsets import GroupOffsets, group_offsets
+from kmq._kafka.offsets import committed_of_groups, group_offsets
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
 from kmq.console.workers import Ends, Group, Member
@@ -198,7 +198,7 @@ def markers_ends(config: Config, topics: TopicSet) -> Ends:
         except TopicError:
             return Ends()
         end = {p: reader.watermarks(topics.markers, p)[1] for p in partitions}
-    return Ends(end, group_offsets(config, topics.tracker_group, topics.markers))
+    return Ends(end, group_offsets(config, topics.tracker_group, topics.markers, partitions))
 
 
 def committed_offsets(config: Config, topics: TopicSet) -> dict[str, dict[int, int]]:
@@ -208,8 +208,10 @@ def committed_offsets(config: Config, topics: TopicSet) -> dict[str, dict[int, i
 
 def redrive_offsets(config: Config, topics: TopicSet, queues: Iterable[str]) -> dict[str, dict[int, int]]:
     """Per queue, the offsets ``kmq dlq redrive`` committed on the set's dead-letter topic (its redrive group's)."""
-    with GroupOffsets(config, "kmq-console-offsets") as reader:
-        return {q: reader.offsets(topics.redrive_group(q), topics.dead_letters) for q in queues}
+    by_group = {topics.redrive_group(q): q for q in queues}
+    committed = committed_of_groups(config, "kmq-console-offsets", by_group, topics.dead_letters)
+    return {by_group[group]: {p: offset for p, (offset, _meta) in offsets.items()}
+            for group, offsets in committed.items()}
 
 
 # --- actions -------------------------------------------------------------------------------------------------------

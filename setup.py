@@ -39,7 +39,7 @@ def ext_modules() -> list[object]:
     except ImportError as err:
         _say(f"mypyc is not importable ({err}): building pure Python")
         return []
-    extensions = mypycify(HOT_PATH, opt_level="3", group_name="kmq._hot_path")
+    extensions = mypycify(HOT_PATH, opt_level="3", group_name="kmq_hot_path")
     for extension in extensions:
         # A machine with no working C compiler gets the pure-Python package and one warning line per module.
         extension.optional = True

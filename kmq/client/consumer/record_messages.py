@@ -6,6 +6,8 @@ not a dataclass ``__init__``); ``tests/unit/test_compiled.py`` holds it equal to
 
 from __future__ import annotations
 
+from typing import Final
+
 from confluent_kafka import Message as KafkaMessage
 
 from kmq import wire
@@ -13,13 +15,13 @@ from kmq._kafka.records import record_timestamp_ms
 from kmq.client.message import Message, Settler
 from kmq.wire import MessageId
 
+#: MessageId's own constructor is a Python function (the named tuple's ``__new__``); the tuple's is not.
+_new_id: Final = tuple.__new__
+
 
 def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
     """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
-    partition = record.partition()
-    offset = record.offset()
-    # tuple.__new__, not MessageId(...): the named tuple's own constructor is a Python function.
-    msg_id: MessageId = tuple.__new__(MessageId, (partition or 0, offset or 0))
+    msg_id: MessageId = _new_id(MessageId, (record.partition() or 0, record.offset() or 0))
     raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
     headers: dict[str, bytes] = {k: v or b"" for k, v in raw} if raw else {}
     internal = wire.INTERNAL_HEADERS

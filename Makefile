@@ -3,6 +3,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The consumer's per-record hot path compiled by mypyc: setup.py's HOT_PATH, and a stamp of their build in place.
+HOT_PATH := $(shell sed -n '/^HOT_PATH = \[/,/^\]/s/^ *"\(.*\)",.*/\1/p' setup.py)
+COMPILED_STAMP := $(VENV)/.compiled-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
 .PHONY: compiled pure-python dist
@@ -17,17 +20,18 @@ $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
-	@touch $@ $(COMPILED_STAMP)
+	@touch $@
 
 # The compiled modules (setup.py's HOT_PATH) sit beside their .py files and shadow them: an edit of one rebuilds
 # them in place (~20 s), or the edit would not run. `make pure-python` removes them (the package then runs its .py).
-HOT_PATH := $(shell sed -n '/^HOT_PATH = \[/,/^\]/s/^ *"\(.*\)",.*/\1/p' setup.py)
-COMPILED_STAMP := $(VENV)/.compiled-stamp
 
 compiled: $(COMPILED_STAMP)
 
+# (setuptools copies an extension it did not need to recompile with its old time: touched, so that it is not taken
+# for one older than its source.)
 $(COMPILED_STAMP): $(STAMP) $(HOT_PATH)
 	$(PY) setup.py -q build_ext --inplace
+	@for f in kmq_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so); do if [ -e "$$f" ]; then touch "$$f"; fi; done
 	@touch $@
 
 pure-python:

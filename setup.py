@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
+import tempfile
+from pathlib import Path
 
 from setuptools import setup
 
@@ -30,6 +33,24 @@ def _say(line: str) -> None:
     print(f"kmq: {line}", file=sys.stderr)
 
 
+def _compiler_problem() -> str | None:
+    """Why no C extension can be built here (no compiler, no Python headers), or None."""
+    from distutils.ccompiler import new_compiler  # setuptools' own copy (setuptools is imported)
+    from distutils.errors import CCompilerError, DistutilsError
+    from distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp, "probe.c")
+        probe.write_text("#include <Python.h>\nint kmq_probe(void) { return 0; }\n")
+        try:
+            compiler.compile([str(probe)], output_dir=tmp, include_dirs=[sysconfig.get_paths()["include"]])
+        except (CCompilerError, DistutilsError, OSError) as err:
+            return f"no working C compiler or Python headers ({str(err).splitlines()[0] if str(err) else err!r})"
+    return None
+
+
 def ext_modules() -> list[object]:
     if os.environ.get("KMQ_PURE_PYTHON") == "1":
         _say("KMQ_PURE_PYTHON=1: building pure Python (the hot path is not compiled)")
@@ -39,10 +60,13 @@ def ext_modules() -> list[object]:
     except ImportError as err:
         _say(f"mypyc is not importable ({err}): building pure Python")
         return []
+    problem = _compiler_problem()
+    if problem is not None:
+        _say(f"{problem}: building pure Python (the hot path is not compiled)")
+        return []
     extensions = mypycify(HOT_PATH, opt_level="3", group_name="kmq_hot_path")
     for extension in extensions:
-        # A machine with no working C compiler gets the pure-Python package and one warning line per module.
-        extension.optional = True
+        extension.optional = True  # a compiler that fails on one module still leaves an installable package
     return list(extensions)
 
 

@@ -27,6 +27,7 @@ HOT_PATH = [
     "kmq/client/consumer/late_acks.py",
     "kmq/client/consumer/hand_out.py",
     "kmq/wire/marker_batch.py",
+    "kmq/wire/marker_bytes.py",
     "kmq/wire/start_refs.py",
 ]
 

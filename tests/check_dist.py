@@ -1,6 +1,6 @@
 """``python -m tests.check_dist DIR`` (make dist): the wheel in DIR holds every compiled module of setup.py's
-HOT_PATH (and its .py beside it), the sdist their sources, setup.py and the build backend, and no built extension. Prints what it
-found; exits 1 with one line per problem."""
+HOT_PATH (and its .py beside it), the sdist their sources, setup.py and the build backend, and no built extension.
+Prints what it found; exits 1 with one line per problem."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def problems(out: Path) -> list[str]:
         found.append(f"{wheels[0].name}: no kmq_hot_path__mypyc (mypyc's shared library)")
     with tarfile.open(sdists[0]) as sdist:
         members = [m.split("/", 1)[1] for m in sdist.getnames() if "/" in m]
-    for needed in ["setup.py", "pyproject.toml", "build_backend/kmq_build.py", *(m.replace(".", "/") + ".py" for m in hot_path())]:
+    sources = [m.replace(".", "/") + ".py" for m in hot_path()]
+    for needed in ["setup.py", "pyproject.toml", "build_backend/kmq_build.py", *sources]:
         if needed not in members:
             found.append(f"{sdists[0].name}: no {needed}")
     found += [f"{sdists[0].name}: a built extension {m}" for m in members if m.endswith(".so")]

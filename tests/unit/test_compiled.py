@@ -30,6 +30,7 @@ import kmq.client.consumer.late_acks as compiled_late_acks
 import kmq.client.consumer.record_messages as compiled_record_messages
 import kmq.client.message as compiled_message
 import kmq.wire.marker_batch as compiled_marker_batch
+import kmq.wire.marker_bytes as compiled_marker_bytes
 import kmq.wire.start_refs as compiled_start_refs
 from kmq import wire
 from kmq.client.consumer.broker_time import BrokerTime
@@ -69,6 +70,7 @@ def pure(module: ModuleType) -> ModuleType:
 def test_every_hot_path_module_is_checked_here() -> None:
     checked = {m.__name__ for m in (compiled_hand_out, compiled_in_flight, compiled_intake, compiled_late_acks,
                                     compiled_record_messages, compiled_message, compiled_marker_batch,
+                                    compiled_marker_bytes,
                                     compiled_start_refs)}
     assert set(hot_path()) == checked
 
@@ -228,6 +230,27 @@ def test_marker_batch(key: bytes, after: int, copies: list[Start], refs: list[St
         assert decoded[0] == decoded[1]
     assert [compiled_marker_batch.start_size(s) for s in copies] == [pure(compiled_marker_batch).start_size(s)
                                                                      for s in copies]
+
+
+# --- kmq.wire.marker_bytes -------------------------------------------------------------------------------------
+
+any_ids = ids | st.builds(MessageId, st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1))
+
+
+@given(mid=any_ids, after=st.integers(0, 2**64 - 1), key=st.binary(max_size=6), value=st.binary(max_size=200),
+       count=st.integers(0, 2**32 - 1), first=st.none() | any_ids, enqueued=st.integers(0, 2**62),
+       headers=st.lists(st.tuples(st.text(max_size=4), st.binary(max_size=4)), max_size=3),
+       client_id=st.text(max_size=5), instance_id=st.text(max_size=5))
+def test_marker_bytes(mid: MessageId, after: int, key: bytes, value: bytes, count: int, first: MessageId | None,
+                      enqueued: int, headers: list[tuple[str, bytes]], client_id: str, instance_id: str) -> None:
+    def encode(side: ModuleType) -> tuple[bytes, ...]:
+        return (side.encode_start(mid, after, key, value, delivery_count=count, first_message_id=first,
+                                  enqueued_at_ms=enqueued, headers=headers, client_id=client_id,
+                                  instance_id=instance_id),
+                side.encode_end(mid), side.encode_end(mid, instance_id), side.encode_keep_alive(mid, after))
+
+    compiled, source = both(encode, compiled_marker_bytes)
+    assert compiled == source
 
 
 @given(st.binary(max_size=40))

@@ -26,6 +26,7 @@ HOT_PATH = [
     "kmq/client/consumer/in_flight.py",
     "kmq/client/consumer/late_acks.py",
     "kmq/client/consumer/hand_out.py",
+    "kmq/client/consumer/groups/marker_floor.py",
     "kmq/wire/marker_batch.py",
     "kmq/wire/marker_bytes.py",
     "kmq/wire/start_refs.py",

@@ -23,6 +23,7 @@ from confluent_kafka import Message as KafkaMessage
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import kmq.client.consumer.groups.marker_floor as compiled_marker_floor
 import kmq.client.consumer.hand_out as compiled_hand_out
 import kmq.client.consumer.in_flight as compiled_in_flight
 import kmq.client.consumer.intake as compiled_intake
@@ -70,7 +71,7 @@ def pure(module: ModuleType) -> ModuleType:
 def test_every_hot_path_module_is_checked_here() -> None:
     checked = {m.__name__ for m in (compiled_hand_out, compiled_in_flight, compiled_intake, compiled_late_acks,
                                     compiled_record_messages, compiled_message, compiled_marker_batch,
-                                    compiled_marker_bytes,
+                                    compiled_marker_bytes, compiled_marker_floor,
                                     compiled_start_refs)}
     assert set(hot_path()) == checked
 
@@ -230,6 +231,27 @@ def test_marker_batch(key: bytes, after: int, copies: list[Start], refs: list[St
         assert decoded[0] == decoded[1]
     assert [compiled_marker_batch.start_size(s) for s in copies] == [pure(compiled_marker_batch).start_size(s)
                                                                      for s in copies]
+
+
+# --- kmq.client.consumer.groups.marker_floor -------------------------------------------------------------------
+
+floor_steps = st.lists(st.one_of(
+    st.tuples(st.just("note"), st.integers(0, 50), st.integers(0, 1000)),
+    st.tuples(st.just("at"), st.integers(0, 60)),
+    st.tuples(st.just("committed"), st.integers(0, 60)),
+), max_size=30)
+
+
+@given(steps=floor_steps, ids=st.lists(st.builds(MessageId, st.integers(0, 3), st.integers(0, 2**40)), max_size=20))
+def test_marker_floor(steps: list[tuple[Any, ...]], ids: list[MessageId]) -> None:
+    def run(side: ModuleType) -> tuple[Any, ...]:
+        floor, said = side.MarkerFloor(), []
+        for step in sorted(steps, key=lambda s: s[2] if s[0] == "note" else 0):  # notes come in markers order
+            said.append(getattr(floor, step[0])(*step[1:]))
+        return said, len(floor), side.highest_offsets(ids)
+
+    compiled, source = both(run, compiled_marker_floor)
+    assert compiled == source
 
 
 # --- kmq.wire.marker_bytes -------------------------------------------------------------------------------------

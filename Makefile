@@ -3,21 +3,50 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The consumer's per-record hot path compiled by mypyc: setup.py's HOT_PATH, and a stamp of their build in place.
+HOT_PATH := $(shell sed -n '/^HOT_PATH = \[/,/^\]/s/^ *"\(.*\)",.*/\1/p' setup.py)
+COMPILED_STAMP := $(VENV)/.compiled-stamp
 
 .PHONY: venv install test unit functional lint kafka-fetch kafka-up kafka-down demo bench bench-quick proto clean
+.PHONY: compiled pure-python dist
 .PHONY: test-celery celery-install cluster-up cluster-down test-cluster
 .PHONY: test-audit-cluster bench-audit-scale test-secure test-groups
 
-venv install: $(STAMP)
+venv install: $(COMPILED_STAMP)
 
-$(STAMP): pyproject.toml
+# pip install -e builds pure Python in seconds (every install of the extras below does it again); the hot path is
+# compiled once, next.
+$(STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "kmq needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark,bench,console]'
 	@touch $@
 
-kafka-fetch: $(STAMP)
+# The compiled modules (setup.py's HOT_PATH, KMQ_COMPILE=1: mypyc) sit beside their .py files and shadow them: an
+# edit of one rebuilds them in place (~25 s), or the edit would not run. Without a C compiler it builds nothing and
+# says so. `make pure-python` removes them (the package then runs its .py).
+
+compiled: $(COMPILED_STAMP)
+
+# (setuptools copies an extension it did not need to recompile with its old time: touched, so that it is not taken
+# for one older than its source.)
+$(COMPILED_STAMP): $(STAMP) $(HOT_PATH)
+	KMQ_COMPILE=1 $(PY) setup.py -q build_ext --inplace
+	@for f in kmq_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so); do if [ -e "$$f" ]; then touch "$$f"; fi; done
+	@touch $@
+
+pure-python:
+	rm -f kmq_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so) $(COMPILED_STAMP)
+
+# An sdist and a wheel as a release has them (python -m build: the wheel from the sdist, in a clean environment,
+# compiled); the check fails unless the wheel holds every compiled module and the sdist the sources and setup.py.
+dist: $(STAMP)
+	rm -rf dist
+	KMQ_COMPILE=1 $(PY) -m build --outdir dist .
+	$(PY) -m tests.check_dist dist
+
+kafka-fetch: $(COMPILED_STAMP)
 	$(PY) -m kmq.testing.broker fetch
 	$(PY) -c 'from kmq.ops.audit import connector_jars; connector_jars()'
 
@@ -32,7 +61,7 @@ test: kafka-fetch
 test-audit: kafka-fetch
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=10 -m spark tests/unit tests/functional
 
-unit: $(STAMP)
+unit: $(COMPILED_STAMP)
 	$(PY) -m pytest tests/unit
 
 functional: kafka-fetch
@@ -58,8 +87,8 @@ test-audit-cluster: kafka-fetch
 bench-audit-scale: kafka-fetch
 	$(PY) -m tests.bench.audit_scale $(if $(SIZES),--sizes $(SIZES),)
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks
+lint: $(COMPILED_STAMP)
+	$(VENV)/bin/ruff check kmq tests docs/snippets docs/hooks build_backend setup.py
 	$(VENV)/bin/mypy kmq
 	$(VENV)/bin/lint-imports --no-cache
 

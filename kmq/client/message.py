@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -30,13 +29,15 @@ class Settler(Protocol):
     def _keep_alive(self, message: Message) -> None: ...
 
 
-@dataclass(eq=False, slots=True)
 class Message:
     """A delivered message. Settle it exactly once with ``ack``, ``release`` or ``reject``, from any thread.
 
     Until then kmq keeps it alive (KeepAlive markers every redelivery timeout / 2); if the process dies,
     the redelivery tracker hands it to another consumer with ``delivery_count`` + 1.
     """
+
+    # A plain class with its own __init__, not a dataclass: compiled by mypyc (setup.py), a dataclass keeps the
+    # __init__ the dataclasses module generates at run time, interpreted and slower than this one (one per record).
 
     #: The bytes the producer sent.
     payload: bytes
@@ -55,15 +56,37 @@ class Message:
     first_message_id: MessageId
     #: When the original was produced (ms since the epoch), on copies too.
     enqueued_at_ms: int
-    _settler: Settler = field(repr=False)
+    _settler: Settler
     #: Set by the settler once it has claimed the message (its in-flight table decides who settles: no lock here).
-    _settled_as: str = field(default="", repr=False)
-    _next_keep_alive: float = field(default=0.0, repr=False)
+    _settled_as: str
+    _next_keep_alive: float
     #: The ``process`` span its settles are recorded on, while one runs (kmq.otel; None when tracing is off).
-    _span: Any = field(default=None, repr=False)
+    _span: Any
     #: The tracker's deadline for this delivery on the broker's clock, as far as durable markers prove it (ms; 0:
     #: no Start reported yet, or no Start at all).
-    _deadline_ms: int = field(default=0, repr=False)
+    _deadline_ms: int
+
+    def __init__(self, payload: bytes, record_headers: dict[str, bytes], queue: str, message_id: MessageId,
+                 delivery_count: int, first_message_id: MessageId, enqueued_at_ms: int, _settler: Settler,
+                 _settled_as: str = "", _next_keep_alive: float = 0.0, _span: Any = None,
+                 _deadline_ms: int = 0) -> None:
+        self.payload = payload
+        self.record_headers = record_headers
+        self.queue = queue
+        self.message_id = message_id
+        self.delivery_count = delivery_count
+        self.first_message_id = first_message_id
+        self.enqueued_at_ms = enqueued_at_ms
+        self._settler = _settler
+        self._settled_as = _settled_as
+        self._next_keep_alive = _next_keep_alive
+        self._span = _span
+        self._deadline_ms = _deadline_ms
+
+    def __repr__(self) -> str:
+        return (f"Message(payload={self.payload!r}, record_headers={self.record_headers!r}, queue={self.queue!r}, "
+                f"message_id={self.message_id!r}, delivery_count={self.delivery_count!r}, "
+                f"first_message_id={self.first_message_id!r}, enqueued_at_ms={self.enqueued_at_ms!r})")
 
     @property
     def enqueued_at(self) -> datetime:

@@ -6,7 +6,6 @@ MarkerDecodeError, which callers log, count and skip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, cast
@@ -102,51 +101,6 @@ def encode(marker: Marker) -> bytes:
         msg.first_message_id.CopyFrom(pb.MessageID(partition=first.partition, offset=first.offset))
     for key, value in marker.headers:
         msg.headers.add(key=key, value=value)
-    return msg.SerializeToString()
-
-
-def encode_end(message_id: MessageId, instance_id: str = "") -> bytes:
-    """``encode(Marker(END, message_id, instance_id=…))`` without building a Marker: a consumer writes one per ack.
-    The instance id tells a kmq ack from a kafka-mq-go End, which has none (see kmq.ops.lifecycle)."""
-    msg = pb.Marker(type=pb.Marker.END, message_id=pb.MessageID(partition=message_id.partition,
-                                                                 offset=message_id.offset))
-    if instance_id:
-        msg.instance_id = instance_id
-    return msg.SerializeToString()
-
-
-def encode_keep_alive(message_id: MessageId, redeliver_after_ms: int) -> bytes:
-    """``encode(Marker(KEEPALIVE, message_id, redeliver_after_ms))`` without building a Marker."""
-    return pb.Marker(type=pb.Marker.KEEPALIVE, redeliver_after_ms=redeliver_after_ms,
-                     message_id=pb.MessageID(partition=message_id.partition,
-                                             offset=message_id.offset)).SerializeToString()
-
-
-def encode_start(message_id: MessageId, redeliver_after_ms: int, key: bytes, value: bytes, *, delivery_count: int,
-                 first_message_id: MessageId | None, enqueued_at_ms: int, headers: Iterable[tuple[str, bytes]],
-                 client_id: str = "", instance_id: str = "") -> bytes:
-    """``encode(Marker(START, …))`` without building a Marker: a kafka-mq-go-format consumer writes one per message.
-    Byte for byte what ``encode`` writes (tests/unit/test_markers.py holds them equal)."""
-    msg = pb.Marker(message_id=pb.MessageID(partition=message_id.partition, offset=message_id.offset))
-    if redeliver_after_ms:
-        msg.redeliver_after_ms = redeliver_after_ms
-    if key:
-        msg.key = key
-    if value:
-        msg.value = value
-    if delivery_count:
-        msg.delivery_count = delivery_count
-    if enqueued_at_ms:
-        msg.enqueued_at_ms = enqueued_at_ms
-    if client_id:
-        msg.client_id = client_id
-    if instance_id:
-        msg.instance_id = instance_id
-    if first_message_id is not None:
-        msg.first_message_id.CopyFrom(pb.MessageID(partition=first_message_id.partition,
-                                                   offset=first_message_id.offset))
-    for name, content in headers:
-        msg.headers.add(key=name, value=content)
     return msg.SerializeToString()
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from kmq.errors import MarkerDecodeError
 from kmq.redelivery.partition_state import PartitionState
 from kmq.wire import RETURN_REASON, MessageId
-from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode, encode_start, parse
+from kmq.wire.marker_bytes import encode_start
+from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode, parse
 from tests.unit.test_markers import markers
 
 

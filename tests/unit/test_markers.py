@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from kmq.errors import MarkerDecodeError
 from kmq.wire import MessageId
-from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode, encode_end, encode_keep_alive
+from kmq.wire.marker_bytes import encode_end, encode_keep_alive
+from kmq.wire.markers import EndReason, Marker, MarkerType, decode, encode
 from tests.interop._proto import kafka_mq_v1_pb2 as upstream
 
 GOLDEN = [
@@ -57,9 +58,12 @@ def test_every_marker_survives_a_round_trip(marker: Marker) -> None:
     assert decode(encode(marker)) == marker
 
 
-@given(message_ids, st.integers(0, 2**64 - 1))
-def test_the_end_and_keep_alive_fast_paths_write_the_same_bytes_as_encode(mid: MessageId, after: int) -> None:
+@given(message_ids | st.builds(MessageId, st.integers(-2**31, 2**31 - 1), st.integers(-2**63, 2**63 - 1)),
+       st.integers(0, 2**64 - 1), st.text(max_size=10))
+def test_the_end_and_keep_alive_fast_paths_write_the_same_bytes_as_encode(mid: MessageId, after: int,
+                                                                          instance_id: str) -> None:
     assert encode_end(mid) == encode(Marker(MarkerType.END, mid))
+    assert encode_end(mid, instance_id) == encode(Marker(MarkerType.END, mid, instance_id=instance_id))
     assert encode_keep_alive(mid, after) == encode(Marker(MarkerType.KEEPALIVE, mid, after))
 
 

@@ -9,7 +9,7 @@ import textwrap
 from opentelemetry.trace import SpanKind
 
 from kmq import Config, otel
-from kmq.client.consumer.start_pipeline import to_message
+from kmq.client.consumer.record_messages import to_message
 from kmq.client.message import Message
 from kmq.client.producer import Producer
 from kmq.wire import MessageId

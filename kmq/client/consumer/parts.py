@@ -35,7 +35,8 @@ from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook
 from kmq.client.consumer.ready_gate import ReadyGate
 from kmq.client.consumer.rebalances import Rebalances
-from kmq.client.consumer.start_pipeline import StartPipeline, to_message
+from kmq.client.consumer.record_messages import to_message, to_messages
+from kmq.client.consumer.start_pipeline import StartPipeline
 from kmq.client.message import Message
 from kmq.config import MARKER_FORMAT_KMQ, Config
 from kmq.topic_sets import TopicSet
@@ -110,8 +111,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
         return to_message(record, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
 
     def make_messages(records: list[Record]) -> list[Message]:
-        next_keep_alive = time.monotonic() + keep_alive_s
-        return [to_message(r, queue, settler, next_keep_alive) for r in records]  # type: ignore[arg-type]
+        return to_messages(records, queue, settler, time.monotonic() + keep_alive_s)  # type: ignore[arg-type]
 
     stop = threading.Event()
     #: Duplicate sends out before their Starts (docs/concepts/dedup.md); None with ``dedup_window_ms`` 0.

@@ -26,7 +26,8 @@ from kmq.delivery import Delivery
 from kmq.errors import DeliveryError, KmqError
 from kmq.wire import DELAY_REASON, RELEASE_REASON, RETURN_REASON, MessageId, deduplicated_reason
 from kmq.wire.marker_batch import encode_hello, encode_settles
-from kmq.wire.markers import EndReason, Marker, MarkerType, encode, encode_end, encode_keep_alive
+from kmq.wire.marker_bytes import encode_end, encode_keep_alive
+from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 

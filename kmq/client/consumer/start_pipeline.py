@@ -24,15 +24,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
-from confluent_kafka import Message as KafkaMessage
 
-from kmq import wire
 from kmq._kafka.offsets import CommitOutcome
-from kmq._kafka.records import record_timestamp_ms
 from kmq.client.consumer.intake import Intake, Record
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
-from kmq.client.message import Message, Settler
+from kmq.client.message import Message
 from kmq.delivery import Delivery
 from kmq.wire import MessageId
 
@@ -62,31 +59,6 @@ class StartBatch:
     #: Per partition, the offset after this batch's last record.
     offsets: dict[TopicPartitionKey, int]
     deliveries: list[Delivery[MessageId]]
-
-
-#: MessageId's own constructor is a Python function (7% of a consumer's loop thread); the tuple's is not.
-_new_id = tuple.__new__
-
-
-def to_message(record: KafkaMessage, queue: str, settler: Settler, next_keep_alive: float) -> Message:
-    """A record of ``queue`` as the Message handed to a worker (kmq headers parsed, user headers kept)."""
-    msg_id = _new_id(MessageId, (record.partition() or 0, record.offset() or 0))
-    raw: list[tuple[str, bytes]] | None = record.headers()  # type: ignore[assignment]
-    headers = {k: v or b"" for k, v in raw} if raw else {}
-    internal = wire.INTERNAL_HEADERS
-    if not headers or internal.isdisjoint(headers):  # a first delivery (user headers, a dedup id): the common case
-        kind, timestamp_ms = record.timestamp()
-        return Message(record.value() or b"", headers, queue, msg_id, 1, msg_id,
-                       timestamp_ms if kind and timestamp_ms is not None and timestamp_ms >= 0 else 0,
-                       settler, "", next_keep_alive)
-    kmq = wire.DeliveryHeaders.parse(headers)
-    return Message(
-        payload=record.value() or b"", queue=queue, message_id=msg_id,
-        record_headers={k: v for k, v in headers.items() if k not in internal},
-        delivery_count=kmq.delivery_count, first_message_id=kmq.first_message_id or msg_id,
-        enqueued_at_ms=kmq.enqueued_at_ms or record_timestamp_ms(record),
-        _settler=settler, _next_keep_alive=next_keep_alive,
-    )
 
 
 class StartPipeline:

@@ -20,7 +20,7 @@ from kmq.delivery import Delivery
 from kmq.errors import DeliveryError
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import START_OVERHEAD_BYTES, Startable, encode_starts, start_size
-from kmq.wire.markers import encode_start
+from kmq.wire.marker_bytes import encode_start
 
 
 class StartWriter:

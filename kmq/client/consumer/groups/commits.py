@@ -18,6 +18,7 @@ import structlog
 
 from kmq import wire
 from kmq.client.consumer.groups.ledger import PartitionLedger
+from kmq.client.consumer.groups.marker_floor import highest_offsets
 from kmq.client.consumer.groups.owned_starts import OwnedStarts
 from kmq.client.consumer.groups.takeover import Takeover
 from kmq.errors import KmqError
@@ -113,11 +114,7 @@ class GroupCommits:
         notes = self._notes
         while notes:
             ids, markers_offset = notes.popleft()
-            highest: dict[int, int] = {}
-            for partition, offset in ids:
-                if offset > highest.get(partition, -1):
-                    highest[partition] = offset
-            for partition, offset in highest.items():
+            for partition, offset in highest_offsets(ids).items():
                 ledger = self._ledgers.get(partition)
                 if ledger is not None:
                     ledger.floor.note(offset, markers_offset)

@@ -55,8 +55,13 @@ def _compiler_problem() -> str | None:
     return None
 
 
+#: setuptools commands that build code; the others (egg_info while a build asks for its requirements, sdist) need
+#: no extensions, and mypyc is not installed yet when they run.
+BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
 def ext_modules() -> list[object]:
-    if os.environ.get("KMQ_COMPILE") != "1":
+    if os.environ.get("KMQ_COMPILE") != "1" or not BUILDS & set(sys.argv[1:]):
         return []  # said nowhere: the default (a make target or a release wheel asks for the compiled path)
     try:
         from mypyc.build import mypycify

@@ -212,13 +212,14 @@ def run_consumers(target: Any, args: tuple[Any, ...], n: int, processes: int, ti
     return n / (max(ends) - min(firsts)), latencies
 
 
-def paced_sender(send: Any, n: int, rate: float) -> Any:
-    """A callable that sends ``n`` timestamped payloads at ``rate`` per second (for latency)."""
+def paced_sender(send: Any, n: int, rate: float, warm_up: int = 0) -> Any:
+    """A callable that sends ``warm_up`` payloads the consumers do not time (``x|…``), then ``n`` timestamped ones,
+    all at ``rate`` per second (for latency)."""
     def run() -> None:
         interval = 1 / rate
         started = time.perf_counter()
-        for i in range(n):
-            send(f"{time.time()}|{i}".encode())
+        for i in range(warm_up + n):
+            send(f"x|{i}".encode() if i < warm_up else f"{time.time()}|{i}".encode())
             delay = started + (i + 1) * interval - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)

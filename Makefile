@@ -33,11 +33,11 @@ compiled: $(COMPILED_STAMP)
 # for one older than its source.)
 $(COMPILED_STAMP): $(STAMP) $(HOT_PATH)
 	KMQ_COMPILE=1 $(PY) setup.py -q build_ext --inplace
-	@for f in kmq_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so); do if [ -e "$$f" ]; then touch "$$f"; fi; done
+	@for f in kmq/_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so); do if [ -e "$$f" ]; then touch "$$f"; fi; done
 	@touch $@
 
 pure-python:
-	rm -f kmq_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so) $(COMPILED_STAMP)
+	rm -f kmq/_hot_path__mypyc.*.so $(HOT_PATH:.py=.*.so) $(COMPILED_STAMP)
 
 # An sdist and a wheel as a release has them (python -m build: the wheel from the sdist, in a clean environment,
 # compiled); the check fails unless the wheel holds every compiled module and the sdist the sources and setup.py.

@@ -72,9 +72,9 @@ def ext_modules() -> list[object]:
     if problem is not None:
         _say(f"{problem}: building pure Python (the hot path is not compiled)")
         return []
-    # Not optional extensions: the modules share one library (kmq_hot_path__mypyc), and a package with some of them
+    # Not optional extensions: the modules share one library (kmq._hot_path__mypyc), and a package with some of them
     # built would not import. With a compiler that works, a failure here is a bug to see, not to hide.
-    return list(mypycify(HOT_PATH, opt_level="3", group_name="kmq_hot_path"))
+    return list(mypycify(HOT_PATH, opt_level="3", group_name="kmq._hot_path"))
 
 
 setup(ext_modules=ext_modules())

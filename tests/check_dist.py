@@ -25,8 +25,8 @@ def problems(out: Path) -> list[str]:
             found.append(f"{wheels[0].name}: no compiled {module}")
         if stem + ".py" not in names:
             found.append(f"{wheels[0].name}: no {stem}.py")
-    if not any(n.startswith("kmq_hot_path__mypyc.") for n in names):
-        found.append(f"{wheels[0].name}: no kmq_hot_path__mypyc (mypyc's shared library)")
+    if not any(n.startswith("kmq/_hot_path__mypyc.") for n in names):
+        found.append(f"{wheels[0].name}: no kmq/_hot_path__mypyc (mypyc's shared library)")
     with tarfile.open(sdists[0]) as sdist:
         members = [m.split("/", 1)[1] for m in sdist.getnames() if "/" in m]
     sources = [m.replace(".", "/") + ".py" for m in hot_path()]

@@ -197,7 +197,7 @@ def committed_of_groups(config: Config, client_id: str, groups: Iterable[str],
         with GroupOffsets(config, client_id, **ONE_READ_SETTINGS) as reader:
             return reader.committed(group, topic, partitions=partitions)
 
-    pool = ThreadPoolExecutor(min(GROUPS_AT_ONCE, len(groups)), thread_name_prefix="kmq-group-offsets")
+    pool = ThreadPoolExecutor(min(GROUPS_AT_ONCE, len(groups)), thread_name_prefix="kmq-offset-readers")
     try:
         futures = {group: pool.submit(read, group) for group in groups}
         done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)

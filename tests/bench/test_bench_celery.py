@@ -63,9 +63,12 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
         except TimeoutError:
             return False
 
-    if not wait_for(holding, timeout_s=90):
-        proc.kill()
-        raise TimeoutError(f"the tracker got no markers partition within 90 s (group {config.tracker_group!r})")
+    try:
+        if not wait_for(holding, timeout_s=90):
+            proc.kill()
+            raise TimeoutError(f"the tracker got no markers partition within 90 s (group {config.tracker_group!r})")
+    finally:
+        log.close()  # the tracker writes on through its own descriptor (an unclosed one failed a run at collection)
     return proc
 
 

@@ -487,6 +487,9 @@ def run_in_flight(side: ModuleType, ops: list[tuple[Any, ...]], grouped: frozens
     config = Config(bootstrap_servers="x", redelivery_timeout_ms=6000)
     producer = FakeProducer()
     writer = MarkerWriter(config, config.marker_topic, b"q", producer)
+    # Its thread stopped: the settles are written once, at the end. Drained at the thread's own pace, they were cut
+    # into records where the timing fell, and a keep-alive could share a take with its message's ack or not.
+    writer.settles.close(0)
     mono = Mono()
     writer.channel.broker_time = BrokerTime(mono)
     settled: list[int] = []

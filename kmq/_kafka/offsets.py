@@ -158,7 +158,7 @@ class GroupOffsets:
 
     def offsets(self, group: str, topic: str, timeout_s: float | None = None) -> dict[int, int]:
         """``group``'s committed offsets on ``topic``, per partition (none: an empty dict)."""
-        return {p: offset for p, (offset, _meta) in self.committed(group, topic, timeout_s).items()}
+        return offsets_only(self.committed(group, topic, timeout_s))
 
     def close(self) -> None:
         readers, self._readers = self._readers, {}
@@ -176,7 +176,12 @@ def group_offsets(config: Config, group: str, topic: str, partitions: list[int] 
     """The offsets ``group`` has committed on ``topic`` (of ``partitions``, default all), per partition (none: an
     empty dict)."""
     with GroupOffsets(config, "kmq-admin", **ONE_READ_SETTINGS) as offsets:
-        return {p: offset for p, (offset, _meta) in offsets.committed(group, topic, partitions=partitions).items()}
+        return offsets_only(offsets.committed(group, topic, partitions=partitions))
+
+
+def offsets_only(committed: Mapping[int, tuple[int, str | None]]) -> dict[int, int]:
+    """``GroupOffsets.committed``'s offsets without their commits' metadata."""
+    return {p: offset for p, (offset, _meta) in committed.items()}
 
 
 def committed_of_groups(config: Config, client_id: str, groups: Iterable[str],

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
 from kmq._kafka import control
-from kmq._kafka.offsets import committed_of_groups, group_offsets
+from kmq._kafka.offsets import committed_of_groups, group_offsets, offsets_only
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
 from kmq.console.workers import Ends, Group, Member
@@ -210,8 +210,7 @@ def redrive_offsets(config: Config, topics: TopicSet, queues: Iterable[str]) -> 
     """Per queue, the offsets ``kmq dlq redrive`` committed on the set's dead-letter topic (its redrive group's)."""
     by_group = {topics.redrive_group(q): q for q in queues}
     committed = committed_of_groups(config, "kmq-console-offsets", by_group, topics.dead_letters)
-    return {by_group[group]: {p: offset for p, (offset, _meta) in offsets.items()}
-            for group, offsets in committed.items()}
+    return {by_group[group]: offsets_only(offsets) for group, offsets in committed.items()}
 
 
 # --- actions -------------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from confluent_kafka import Message as KafkaMessage
 from confluent_kafka.admin import AdminClient
 
 from kmq import _kafka, wire
-from kmq._kafka.offsets import committed_of_groups
+from kmq._kafka.offsets import committed_of_groups, offsets_only
 from kmq._kafka.topic_replay import Progress, TopicReplay
 from kmq.config import Config
 from kmq.errors import KafkaClientError, TopicError
@@ -49,8 +49,7 @@ def committed_offsets(config: Config, topics: TopicSet, queues: list[str] | None
     else:
         groups = [topics.consumer_group(q) for q in queues]
     committed = committed_of_groups(config, "kmq-stats-offsets", groups, topics.messages)
-    return {group[len(prefix):]: {p: offset for p, (offset, _meta) in offsets.items()}
-            for group, offsets in committed.items() if offsets}
+    return {group[len(prefix):]: offsets_only(offsets) for group, offsets in committed.items() if offsets}
 
 
 def control_state(config: Config, topics: TopicSet) -> ControlState:

@@ -30,6 +30,10 @@ HOT_PATH = [
     "kmq/wire/marker_batch.py",
     "kmq/wire/marker_bytes.py",
     "kmq/wire/start_refs.py",
+    "kmq/worker/handler_runs.py",
+    "kmq/worker/prefetch.py",
+    "kmq/worker/settle.py",
+    "kmq/worker/metrics.py",
 ]
 
 

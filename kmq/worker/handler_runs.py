@@ -48,21 +48,28 @@ class HandlerRuns:
         self.failure: KmqError | None = None
 
     def serve(self, slot: ThreadSlot, runner: ThreadRunner | ProcessRunner) -> None:
-        next_message = self.dispatcher.next
+        next_many = self.dispatcher.next_many
+        windows = list(self._windows.values())
         runner.wait_ready()
         while True:
             try:
-                msg = next_message()
+                # A lone thread takes a few fast jobs at once (PrefetchWindow.thread_batch); others take one.
+                batch = next_many(min(window.thread_batch() for window in windows))
             except KmqError as err:
                 self.consumer_failed(err)
                 return
-            if msg is None:
+            if not batch:
                 return
-            # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
-            if self._stopping() and msg.queue not in self._config.at_most_once_queues:
-                self._settle.give_back(msg)
-                continue
-            self._handle(msg, runner, slot)
+            # Per batch, not per job: a tracer configured meanwhile counts from the next batch, and each job's wait
+            # is the wall clock read here plus the monotonic time since.
+            tracing = otel.tracer()
+            slot.clock_ms, slot.clock_at = now_ms(), time.perf_counter()
+            for msg in batch:
+                # Stopping: give back what no handler started, unless nothing could bring it back (at most once).
+                if self._stopping() and msg.queue not in self._config.at_most_once_queues:
+                    self._settle.give_back(msg)
+                    continue
+                self._handle(msg, runner, slot, tracing)
 
     def stop_dispatch(self) -> None:
         """Every thread's next ask for a message gets None."""
@@ -82,9 +89,8 @@ class HandlerRuns:
             return
         self._settle.timed_out(watch.message, watch.limit_s)
 
-    def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot) -> None:
+    def _handle(self, msg: Message, runner: ThreadRunner | ProcessRunner, slot: ThreadSlot, tracing: Any) -> None:
         limit = self._start_run(msg, slot)
-        tracing = otel.tracer()
         if tracing is not None:
             with otel.processing(tracing, msg, self._config.topics_for(msg.queue).messages) as span:  # spans nest in it
                 self._run(msg, runner, slot, limit, span)
@@ -108,6 +114,7 @@ class HandlerRuns:
 
     async def handle_async(self, msg: Message, slot: ThreadSlot) -> None:
         """``_handle`` for a coroutine handler, as a task on the worker's event loop."""
+        slot.clock_ms, slot.clock_at = now_ms(), time.perf_counter()
         limit = self._start_run(msg, slot)
         tracing = otel.tracer()
         if tracing is None:
@@ -134,8 +141,9 @@ class HandlerRuns:
             deliver_at_ms = msg.deliver_at_ms
             if deliver_at_ms:
                 due_ms = max(due_ms, deliver_at_ms)
-        slot.tallies[queue].waits.observe(max(0.0, (now_ms() - due_ms) / 1000))
-        slot.since = time.perf_counter()
+        since = time.perf_counter()
+        slot.tallies[queue].waits.observe(max(0.0, (slot.clock_ms - due_ms) / 1000 + (since - slot.clock_at)))
+        slot.since = since
         slot.queue = queue
         return limit
 

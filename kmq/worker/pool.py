@@ -31,8 +31,8 @@ import structlog
 from kmq.client.process_id import PROCESS_FIELD
 from kmq.config import Config
 from kmq.errors import ConfigError, KmqError
+from kmq.worker.backoff import Backoff
 from kmq.worker.pool_metrics import PoolEndpoint
-from kmq.worker.settle import Backoff
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 

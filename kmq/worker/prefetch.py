@@ -21,6 +21,10 @@ from collections.abc import Callable
 HORIZON_S = 0.25
 #: Weight of the newest run time in the mean.
 ALPHA = 0.2
+#: A worker's only thread takes at once about this much work (by the mean run time), and at most BATCH_MAX messages:
+#: enough to take one look at the buffer per many fast jobs; a slow run holds back little behind it.
+BATCH_WORK_S = 0.002
+BATCH_MAX = 64
 
 
 class PrefetchWindow:
@@ -53,6 +57,16 @@ class PrefetchWindow:
         if self.mean_s is not None and self.mean_s < running_s:
             self.mean_s = running_s
             self._resize()
+
+    def thread_batch(self) -> int:
+        """How many messages a thread may take at once: 1 with several threads (one must not hold a message while
+        another is idle) or before any run ended; else about BATCH_WORK_S of runs, within [1, BATCH_MAX]."""
+        mean = self.mean_s
+        if self.concurrency > 1 or mean is None:
+            return 1
+        if mean * BATCH_MAX <= BATCH_WORK_S:
+            return BATCH_MAX
+        return max(1, int(BATCH_WORK_S / mean))
 
     def size_for(self, mean_s: float) -> int:
         if mean_s <= 0:

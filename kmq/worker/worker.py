@@ -25,13 +25,14 @@ from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConfigError, UndeliveredMarkersError
 from kmq.worker.async_runner import AsyncServe, is_coroutine_handler
+from kmq.worker.backoff import Backoff
 from kmq.worker.dispatch import Dispatcher
 from kmq.worker.handler_runner import Handler, ProcessRunner, ThreadRunner, load_handler
 from kmq.worker.handler_runs import HandlerRuns
 from kmq.worker.metrics import ThreadSlot, WorkerMetrics
 from kmq.worker.metrics_endpoint import MetricsEndpoint
 from kmq.worker.queue_consumers import QueueConsumers
-from kmq.worker.settle import Backoff, SettlePolicy
+from kmq.worker.settle import SettlePolicy
 from kmq.worker.time_limit import TimeLimits
 
 __all__ = ["Backoff", "Handler", "Worker", "load_handler"]

@@ -1,6 +1,7 @@
 """Profiles the consumer's hot path: ``python -m tests.bench.profile_consumer MODE [N]`` against
 ``KMQ_BOOTSTRAP_SERVERS`` (a tracker runs beside it). MODE: ``one`` (receive() + ack()), ``many`` (receive_many(500)
-+ ack_many()), ``many-ack`` (receive_many(500) + ack()), ``go`` (receive() + ack() in the kafka-mq-go format).
++ ack_many()), ``many-ack`` (receive_many(500) + ack()), ``go`` (receive() + ack() in the kafka-mq-go format),
+``worker`` (a Worker with 1 thread and a handler that returns at once, as the worker bench's 1-thread row).
 
 Run it under py-spy for every thread's share of the GIL (``py-spy record --gil --format raw -o out.txt -- python -m
 tests.bench.profile_consumer one``), then ``python -m tests.bench.profile_consumer top out.txt`` for the
@@ -31,6 +32,8 @@ def consume(mode: str, n: int) -> tuple[float, float]:
                     consumer_kafka=dict(kv.split("=", 1)
                                         for kv in os.environ.get("PROFILE_CONSUMER_KAFKA", "").split(",") if kv))
     with w.backlog_with_tracker(config, "q", n) as queue:
+        if mode == "worker":
+            return _worker(config, queue, n)
         consumer = Service(config).queue(queue).consumer()
         if os.environ.get("PROFILE_CONSUMER_GC") != "default":
             tune_gc()
@@ -60,6 +63,27 @@ def consume(mode: str, n: int) -> tuple[float, float]:
         cpu_us = (time.process_time() - cpu_first) / n * 1e6
         consumer.close()
         return rate, cpu_us
+
+
+def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
+    import threading
+
+    from kmq.worker import Worker
+
+    worker = Worker(config, [queue], lambda _message: None)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signals": False, "on_started": tune_gc},
+                              name="the worker", daemon=True)
+    runner.start()
+    while not worker.counts["acked"]:
+        time.sleep(0.0005)
+    first, cpu_first, done_first = time.perf_counter(), time.process_time(), worker.counts["acked"]
+    while worker.counts["acked"] < n:
+        time.sleep(0.002)
+    rate = (n - done_first) / (time.perf_counter() - first)
+    cpu_us = (time.process_time() - cpu_first) / (n - done_first) * 1e6
+    worker.stop()
+    runner.join(30)
+    return rate, cpu_us
 
 
 def top(path: str, lines: int = 25) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kmq import Config, Service, logs
+from kmq import Config, Service, logs, tune_gc
 from kmq._kafka.topics import create_topics
 from tests.bench import workloads as w
 from tests.bench.results import Case, markdown, write
@@ -66,9 +66,11 @@ def _tenth_done(count: Any, n: int, runner: threading.Thread) -> float | None:
 
 
 def _bare_loop(config: Config, queue: str, n: int, go: Any, out: Any) -> None:
-    """The baseline: one thread's ``receive()`` + ``ack()`` loop on one consumer."""
+    """The baseline: one thread's ``receive()`` + ``ack()`` loop on one consumer, the collector tuned once set up
+    (as the performance guide says, and as `kmq worker` does)."""
     logs.configure("error")
     consumer = Service(config).queue(queue).consumer()
+    tune_gc()
     w.set_up_done(go)
     acked = [0]
 
@@ -93,8 +95,8 @@ def _worker(config: Config, queue: str, concurrency: int, processes: bool, n: in
     logs.configure("error")
     worker = Worker(config, [queue], load_handler(HANDLER), concurrency, processes=processes, handler_spec=HANDLER)
     w.set_up_done(go)  # as `kmq worker` does once set up
-    runner = threading.Thread(target=worker.run, kwargs={"install_signals": False}, name="the worker",
-                              daemon=True)
+    runner = threading.Thread(target=worker.run, kwargs={"install_signals": False, "on_started": tune_gc},
+                              name="the worker", daemon=True)
     runner.start()
     tenth_at = _tenth_done(lambda: worker.counts["acked"], n, runner)
     w._report(out, tenth_at, [])

@@ -8,7 +8,10 @@ The ``.py`` is the reference: an extension older than its source fails here inst
 from __future__ import annotations
 
 import ast
+import bisect
+import collections
 import importlib.util
+import random
 import sys
 from collections.abc import Callable
 from functools import cache
@@ -33,6 +36,10 @@ import kmq.client.message as compiled_message
 import kmq.wire.marker_batch as compiled_marker_batch
 import kmq.wire.marker_bytes as compiled_marker_bytes
 import kmq.wire.start_refs as compiled_start_refs
+import kmq.worker.handler_runs as compiled_handler_runs
+import kmq.worker.metrics as compiled_metrics
+import kmq.worker.prefetch as compiled_prefetch
+import kmq.worker.settle as compiled_settle
 from kmq import wire
 from kmq.client.consumer.broker_time import BrokerTime
 from kmq.client.consumer.marker_writer import MarkerWriter
@@ -72,7 +79,8 @@ def test_every_hot_path_module_is_checked_here() -> None:
     checked = {m.__name__ for m in (compiled_hand_out, compiled_in_flight, compiled_intake, compiled_late_acks,
                                     compiled_record_messages, compiled_message, compiled_marker_batch,
                                     compiled_marker_bytes, compiled_marker_floor,
-                                    compiled_start_refs)}
+                                    compiled_start_refs, compiled_handler_runs, compiled_metrics,
+                                    compiled_prefetch, compiled_settle)}
     assert set(hot_path()) == checked
 
 
@@ -556,3 +564,151 @@ def run_in_flight(side: ModuleType, ops: list[tuple[Any, ...]], grouped: frozens
 @example([("add", 1), ("durable", [0], 0), ("durable", [0], 5000)], frozenset())
 def test_in_flight(ops: list[tuple[Any, ...]], grouped: frozenset[int]) -> None:
     assert run_in_flight(compiled_in_flight, ops, grouped) == run_in_flight(pure(compiled_in_flight), ops, grouped)
+
+
+# --- the worker's per-job path: kmq.worker.metrics, prefetch, settle, handler_runs ------------------------------
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=True), st.sampled_from(compiled_metrics.DURATION_BUCKETS)), max_size=30))
+def test_histogram(values: list[float]) -> None:
+    seen = []
+    for side in (compiled_metrics, pure(compiled_metrics)):
+        histogram = side.Histogram(side.DURATION_BUCKETS)
+        for value in values:
+            histogram.observe(value)
+        seen.append((histogram.counts, repr(histogram.total)))
+    reference = [0] * (len(compiled_metrics.DURATION_BUCKETS) + 1)
+    for value in values:
+        reference[bisect.bisect_left(compiled_metrics.DURATION_BUCKETS, value)] += 1  # what it replaces
+    assert seen[0] == seen[1] and seen[0][0] == reference
+
+
+@given(st.lists(st.tuples(st.sampled_from(["observe", "at_least", "thread_batch", "size_for"]),
+                          st.floats(0, 2) | st.sampled_from([0.0, 1e-7, 3e-5, 0.002])), max_size=20),
+       st.integers(1, 4), st.integers(1, 2000))
+def test_prefetch_window(ops: list[tuple[str, float]], concurrency: int, maximum: int) -> None:
+    seen = []
+    for side in (compiled_prefetch, pure(compiled_prefetch)):
+        sizes: list[int] = []
+        window = side.PrefetchWindow(concurrency, maximum, sizes.append)
+        log: list[Any] = []
+        for op, value in ops:
+            if op == "observe":
+                window.observe(value)
+            elif op == "at_least":
+                window.at_least(value)
+            elif op == "thread_batch":
+                log.append(window.thread_batch())
+            else:
+                log.append(window.size_for(value))
+            log.append((window.size, window.mean_s))
+        seen.append((log, sizes))
+    assert seen[0] == seen[1]
+
+
+def _worker_message(i: int, settles: Settles, settled_as: str = "") -> Any:
+    return compiled_message.Message(b"%d" % i, {}, "q", MessageId(0, i), 1 + i % 3, MessageId(0, i), 0, settles,
+                                    settled_as)
+
+
+outcomes = st.sampled_from(["returned", "rejected", "failed", "timed_out", "settled", "child ack", "child release",
+                            "child reject", "child give_back"])
+
+
+@given(st.lists(st.tuples(outcomes, st.booleans()), max_size=12), st.integers(0, 3), st.booleans())
+def test_settle_policy(runs: list[tuple[str, bool]], max_deliveries: int, at_most_once: bool) -> None:
+    from kmq.worker.handler_runner import RETURNED, Outcome
+
+    config = Config(bootstrap_servers="x:1", max_deliveries=max_deliveries,
+                    at_most_once_queues=["q"] if at_most_once else [])
+    seen = []
+    for side in (compiled_settle, pure(compiled_settle)):
+        settles, counts = Settles(), collections.Counter[str]()
+        policy = side.SettlePolicy(config, side.Backoff(), compiled_metrics.WorkerMetrics(["q"]), counts, False)
+        random.seed(7)  # the backoff's jitter
+        for i, (kind, limited) in enumerate(runs):
+            message = _worker_message(i, settles, "ack" if kind == "settled" else "")
+            if kind == "returned":
+                outcome = RETURNED
+            elif kind.startswith("child "):
+                how = kind.removeprefix("child ")
+                outcome = Outcome("returned", settled=(how, {"release": 1.5, "reject": "no"}.get(how)))
+            elif kind == "settled":
+                outcome = Outcome("returned")
+            else:
+                outcome = Outcome(kind, f"{kind} detail")  # type: ignore[arg-type]
+            policy.settle(message, outcome, 2.0 if limited else None)
+            if i % 4 == 3:
+                policy.give_back(_worker_message(100 + i, settles))
+        seen.append((settles.calls, dict(counts)))
+    assert seen[0] == seen[1]
+
+
+class _Ready:
+    """A Consumer's receive, receive_many and on_ready over a list of messages; ``drained()`` once none is left."""
+
+    def __init__(self, messages: list[Any], drained: Callable[[], None]) -> None:
+        self.messages = messages
+        self.drained = drained
+
+    def receive(self, timeout: float | None = None) -> Any:
+        got = self.receive_many(1, timeout)
+        return got[0] if got else None
+
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Any]:
+        got, self.messages = self.messages[:max_messages], self.messages[max_messages:]
+        if not got:
+            self.drained()
+        return got
+
+    def on_ready(self, listener: Any) -> None:
+        pass
+
+
+def _job(message: Any) -> None:
+    """Returns, rejects or fails by the message's payload."""
+    from kmq.errors import Reject
+
+    kind = int(message.payload) % 3
+    if kind == 1:
+        raise Reject("no")
+    if kind == 2:
+        raise ValueError("boom")
+
+
+@given(st.integers(0, 40), st.sampled_from([0.0, 1e-6, 0.01]), st.integers(0, 40))
+def test_handler_runs(jobs: int, mean_s: float, stop_after: int) -> None:
+    from kmq.worker.dispatch import Dispatcher
+    from kmq.worker.handler_runner import ThreadRunner
+    from kmq.worker.time_limit import TimeLimits
+
+    config = Config(bootstrap_servers="x:1")
+    seen = []
+    for side in (compiled_handler_runs, pure(compiled_handler_runs)):
+        settles, counts = Settles(), collections.Counter[str]()
+        metrics = compiled_metrics.WorkerMetrics(["q"])
+        policy = compiled_settle.SettlePolicy(config, compiled_settle.Backoff(), metrics, counts, False)
+        window = compiled_prefetch.PrefetchWindow(1, 1000, lambda _size: None)
+        if mean_s:
+            window.observe(mean_s)  # a known mean: a lone thread takes batches of that many
+        stop: list[Callable[[], None]] = []
+        ready = _Ready([_worker_message(i, settles) for i in range(jobs)], lambda stop=stop: stop[0]())
+        dispatcher = Dispatcher([ready])  # type: ignore[list-item]
+        stop.append(dispatcher.stop)  # every job taken: the next ask for messages gets none
+        done = [0]
+
+        def stopping(done: list[int] = done) -> bool:
+            done[0] += 1
+            return done[0] > stop_after
+
+        runs = side.HandlerRuns(config, _job, None, policy, {"q": window}, dispatcher, dispatcher.stop, stopping)
+        limits = TimeLimits(runs.time_limit_expired)
+        slot = compiled_metrics.ThreadSlot("t", ["q"])
+        random.seed(7)
+        try:
+            runs.serve(slot, ThreadRunner(_job, limits))
+        finally:
+            limits.close()
+        tally = slot.tallies["q"]
+        seen.append((settles.calls, dict(counts), sum(tally.durations.counts), sum(tally.waits.counts), slot.queue))
+    assert seen[0] == seen[1]

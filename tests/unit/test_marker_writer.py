@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from kmq import Config
 from kmq.client.consumer.marker_writer import MarkerWriter
+from kmq.client.consumer.settle_writer import SettleSink
 from kmq.wire import RELEASE_REASON, MessageId
 from kmq.wire.marker_batch import decode_record, is_batch
 from kmq.wire.markers import EndReason, Marker, MarkerType, decode
@@ -59,6 +61,29 @@ def test_a_full_settle_batch_is_written_without_waiting_for_the_linger() -> None
         assert wait_for(lambda: len(producer.records) == 1, timeout_s=2), "the third ack should wake the writer"
     finally:
         writer.close(0)
+
+
+class _CountedWake(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_a_full_settle_batch_wakes_the_writer_once_until_it_is_taken() -> None:
+    wake = _CountedWake()
+    sink = SettleSink(3, wake)
+    for offset in range(10):  # the writer is slow to take: the acks after the third need not wake it again
+        sink.ack(MessageId(0, offset))
+    sink.ack_many([MessageId(1, 0), MessageId(1, 1)])
+    assert wake.sets == 1
+    assert len(sink.take()[2]) == 12
+    sink.ack_many([MessageId(0, offset) for offset in range(20, 23)])  # taken: a full batch wakes it again
+    sink.ack(MessageId(0, 23))
+    assert wake.sets == 2
 
 
 def test_start_batches_split_below_the_record_limit() -> None:

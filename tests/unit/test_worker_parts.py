@@ -67,6 +67,20 @@ def test_a_run_still_going_shrinks_the_window_before_it_ends() -> None:
     assert window.size == 4
 
 
+def test_only_a_lone_thread_takes_batches_of_about_two_ms_of_runs() -> None:
+    lone = PrefetchWindow(1, 1000, lambda _size: None)
+    assert lone.thread_batch() == 1, "before any run ended nothing is known: one at a time"
+    lone.observe(1e-6)
+    assert lone.thread_batch() == 64
+    lone.observe(1e-3)  # the mean moves a fifth of the way: ~0.2 ms, so ten runs make ~2 ms
+    assert lone.thread_batch() == 9
+    lone.observe(0.5)
+    assert lone.thread_batch() == 1
+    several = PrefetchWindow(4, 1000, lambda _size: None)
+    several.observe(1e-6)
+    assert several.thread_batch() == 1, "a thread must not hold messages while another is idle"
+
+
 # --- the dispatcher -----------------------------------------------------------------------------------------------
 
 
@@ -127,6 +141,28 @@ def test_looks_at_the_queues_in_turn() -> None:
     consumers[1].put(0, 10)
     taken = [dispatcher.next() for _ in range(10)]
     assert sorted(m.queue for m in taken if m is not None) == ["a"] * 5 + ["b"] * 5
+
+
+class BatchConsumer(FakeConsumer):
+    def receive_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        return self.out.take(max_messages)
+
+
+def test_a_lone_thread_takes_a_batch_of_one_queue_then_of_the_next() -> None:
+    consumers = [BatchConsumer("a"), BatchConsumer("b")]
+    dispatcher = Dispatcher(consumers)  # type: ignore[arg-type]
+    consumers[0].put(0, 5)
+    consumers[1].put(0, 2)
+    batches = [[m.queue for m in dispatcher.next_many(4)] for _ in range(3)]
+    assert batches == [["a"] * 4, ["b"] * 2, ["a"]]
+    waiter: list[list[Message]] = []
+    thread = threading.Thread(target=lambda: waiter.append(dispatcher.next_many(4)))
+    thread.start()
+    consumers[1].put(2, 3)  # wakes the waiting thread
+    thread.join(10)
+    assert [m.queue for m in waiter[0]] == ["b"] * 3
+    dispatcher.stop()
+    assert dispatcher.next_many(4) == [] and dispatcher.next_many(1) == []
 
 
 # --- metrics ------------------------------------------------------------------------------------------------------

@@ -47,11 +47,14 @@ def _ignore_ended(_ids: Sequence[MessageId], _ok: bool) -> None:
 class SettleSink:
     """Settles appended and not yet written (any thread: deque appends are atomic)."""
 
-    __slots__ = ("_batch_size", "_wake", "acks", "keep_alives", "others")
+    __slots__ = ("_batch_size", "_wake", "_woken", "acks", "keep_alives", "others")
 
     def __init__(self, batch_size: int, wake: threading.Event) -> None:
         self._batch_size = batch_size
         self._wake = wake
+        #: The writer was woken for a full batch and has not taken it yet: the acks meanwhile need not wake it
+        #: again (an Event.set per ack, while the writer waited for the GIL, was a tenth of a consumer's time).
+        self._woken = False
         self.acks: deque[MessageId] = deque()
         self.keep_alives: deque[MessageId] = deque()
         self.others: deque[Marker] = deque()
@@ -61,12 +64,14 @@ class SettleSink:
 
     def ack(self, message_id: MessageId) -> None:
         self.acks.append(message_id)
-        if len(self.acks) >= self._batch_size:
+        if len(self.acks) >= self._batch_size and not self._woken:
+            self._woken = True
             self._wake.set()
 
     def ack_many(self, message_ids: Sequence[MessageId]) -> None:
         self.acks.extend(message_ids)
-        if len(self.acks) >= self._batch_size:
+        if len(self.acks) >= self._batch_size and not self._woken:
+            self._woken = True
             self._wake.set()
 
     def keep_alive(self, message_id: MessageId) -> None:
@@ -89,6 +94,8 @@ class SettleSink:
 
     def take(self) -> tuple[list[MessageId], list[Marker], list[MessageId]]:
         """(keep-alives, others, acks) appended so far, in the order they apply."""
+        # Before taking: an ack appended after this line either is taken below or wakes the writer itself.
+        self._woken = False
         return take_all(self.keep_alives), take_all(self.others), take_all(self.acks)
 
 

@@ -165,6 +165,56 @@ def test_a_lone_thread_takes_a_batch_of_one_queue_then_of_the_next() -> None:
     assert dispatcher.next_many(4) == [] and dispatcher.next_many(1) == []
 
 
+class Settled:
+    """A Message's settler that records what was asked of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def _ack(self, message: Message) -> None:
+        self.calls.append(("ack", message.message_id.offset))
+
+    def _give_back(self, message: Message) -> None:
+        self.calls.append(("give_back", message.message_id.offset))
+
+
+def test_a_lone_thread_stopped_mid_batch_runs_what_it_started_and_gives_the_rest_back() -> None:
+    from collections import Counter
+
+    from kmq.config import Config
+    from kmq.worker.handler_runner import ThreadRunner
+    from kmq.worker.handler_runs import HandlerRuns
+    from kmq.worker.settle import Backoff, SettlePolicy
+    from kmq.worker.time_limit import TimeLimits
+
+    config, settled, counts = Config(bootstrap_servers="x:1"), Settled(), Counter[str]()
+    consumer = BatchConsumer("q")
+    consumer.out.put([Message(b"", {}, "q", MessageId(0, i), 1, MessageId(0, i), 0, settled)  # type: ignore[arg-type]
+                      for i in range(10)])
+    window = PrefetchWindow(1, 1000, lambda _size: None)
+    window.observe(1e-6)  # fast runs: the thread takes all 10 at once
+    dispatcher = Dispatcher([consumer])  # type: ignore[list-item]
+    stop = threading.Event()
+    ran: list[int] = []
+
+    def handler(message: Message) -> None:
+        ran.append(message.message_id.offset)
+        if len(ran) == 3:
+            stop.set()  # SIGTERM while the third job runs
+            dispatcher.stop()
+
+    runs = HandlerRuns(config, handler, None, SettlePolicy(config, Backoff(), WorkerMetrics(["q"]), counts, False),
+                       {"q": window}, dispatcher, dispatcher.stop, stop.is_set)
+    limits = TimeLimits(runs.time_limit_expired)
+    try:
+        runs.serve(ThreadSlot("t", ["q"]), ThreadRunner(handler, limits))
+    finally:
+        limits.close()
+    assert ran == [0, 1, 2]
+    assert settled.calls == [("ack", 0), ("ack", 1), ("ack", 2), *(("give_back", i) for i in range(3, 10))]
+    assert counts == {"acked": 3, "returned": 7}
+
+
 # --- metrics ------------------------------------------------------------------------------------------------------
 
 

@@ -45,9 +45,7 @@ class Dispatcher:
             message = single.receive(0) if single is not None else self._look(consumers)
             if message is not None:
                 return message
-            with self._cond:
-                if self._generation == generation and not self.stopped:
-                    self._cond.wait(WAIT_S)
+            self._wait_for_put(generation)
         return None
 
     def next_many(self, max_messages: int) -> list[Message]:
@@ -59,16 +57,10 @@ class Dispatcher:
         consumers = self._consumers
         while not self.stopped:
             generation = self._generation
-            turn = self._turn
-            self._turn = turn + 1
-            count = len(consumers)
-            for i in range(count):
-                got = consumers[(turn + i) % count].receive_many(max_messages, 0)
-                if got:
-                    return got
-            with self._cond:
-                if self._generation == generation and not self.stopped:
-                    self._cond.wait(WAIT_S)
+            got = self._look_many(consumers, max_messages)
+            if got:
+                return got
+            self._wait_for_put(generation)
         return []
 
     def take(self) -> Message | None:
@@ -98,6 +90,24 @@ class Dispatcher:
             if message is not None:
                 return message
         return None
+
+    def _look_many(self, consumers: list[Consumer], max_messages: int) -> list[Message]:
+        """``_look`` for up to ``max_messages`` of the first queue that has any."""
+        turn = self._turn
+        self._turn = turn + 1
+        count = len(consumers)
+        for i in range(count):
+            got = consumers[(turn + i) % count].receive_many(max_messages, 0)
+            if got:
+                return got
+        return []
+
+    def _wait_for_put(self, generation: int) -> None:
+        """Sleeps until the next put (at most WAIT_S), unless one came since ``generation`` was read or the
+        dispatcher stopped: a thread that looked and found nothing."""
+        with self._cond:
+            if self._generation == generation and not self.stopped:
+                self._cond.wait(WAIT_S)
 
     def _ready(self, count: int) -> None:
         """On a consumer's loop thread: ``count`` messages became ready (0: it failed or closes)."""

@@ -23,6 +23,7 @@ HOT_PATH = [
     "kmq/client/message.py",
     "kmq/client/consumer/record_messages.py",
     "kmq/client/consumer/intake.py",
+    "kmq/client/consumer/settle_sink.py",
     "kmq/client/consumer/in_flight.py",
     "kmq/client/consumer/late_acks.py",
     "kmq/client/consumer/hand_out.py",

@@ -5,8 +5,11 @@
 
 Run it under py-spy for every thread's share of the GIL (``py-spy record --gil --format raw -o out.txt -- python -m
 tests.bench.profile_consumer one``), then ``python -m tests.bench.profile_consumer top out.txt`` for the
-functions by self and total samples. Prints msgs/s from the first message to the last, and CPU µs per message.
-``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``).
+functions by self and total samples. Prints msgs/s from the first message to the last, CPU µs per message, and each
+thread's own CPU µs per message (from ``/proc/self/task``): when two Python threads contend for the GIL, py-spy
+gives the one that waits some of the other's time, and only each thread's own CPU splits the cost truly.
+``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``);
+``PROFILE_CONSUMER_CONFIG="start_pipeline_depth=6,max_in_flight=4000"``: integer fields of its kmq Config.
 The consumer tunes the collector once set up (``kmq.tune_gc``), as the performance guide says; ``PROFILE_CONSUMER_GC=
 default`` leaves CPython's settings, for the difference.
 """
@@ -16,10 +19,53 @@ from __future__ import annotations
 import collections
 import os
 import sys
+import threading
 import time
 
 from kmq import Config, Service, logs, tune_gc
 from tests.bench import workloads as w
+
+
+class ThreadCpu:
+    """Each thread's CPU seconds (user + system) between ``begin`` and ``end``, by thread name (Linux)."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, float] = {}
+        self.spent: dict[str, float] = {}
+
+    @staticmethod
+    def _now() -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        python_names = {t.native_id: t.name for t in threading.enumerate()}  # (3.11 does not name OS threads)
+        seconds: dict[str, float] = collections.defaultdict(float)
+        for task in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{task}/comm") as f:
+                    name = python_names.get(int(task)) or f.read().strip()
+                with open(f"/proc/self/task/{task}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            seconds[name] += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        return seconds
+
+    def begin(self) -> None:
+        self._first = self._now()
+
+    def end(self) -> None:
+        self.spent = {name: s - self._first.get(name, 0.0) for name, s in self._now().items()}
+
+    def report(self, n: int) -> str:
+        rows = sorted(self.spent.items(), key=lambda kv: -kv[1])
+        return "\n".join(f"  {1e6 * s / n:6.2f} µs  {name}" for name, s in rows if s > 0)
+
+
+CPU = ThreadCpu()
+
+
+def _pairs(variable: str) -> dict[str, str]:
+    """``a=1,b=2`` in the environment variable, as a dict."""
+    return dict(kv.split("=", 1) for kv in os.environ.get(variable, "").split(",") if kv)
 
 
 def consume(mode: str, n: int) -> tuple[float, float]:
@@ -29,8 +75,8 @@ def consume(mode: str, n: int) -> tuple[float, float]:
     base = w.group("prof")
     config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
                     marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq",
-                    consumer_kafka=dict(kv.split("=", 1)
-                                        for kv in os.environ.get("PROFILE_CONSUMER_KAFKA", "").split(",") if kv))
+                    consumer_kafka=_pairs("PROFILE_CONSUMER_KAFKA"),
+                    **{name: int(value) for name, value in _pairs("PROFILE_CONSUMER_CONFIG").items()})
     with w.backlog_with_tracker(config, "q", n) as queue:
         if mode == "worker":
             return _worker(config, queue, n)
@@ -57,8 +103,10 @@ def consume(mode: str, n: int) -> tuple[float, float]:
                 got = len(batch)
             if first is None:
                 first, cpu_first = time.perf_counter(), time.process_time()
+                CPU.begin()
             done += got
         assert consumer.flush(30) == 0
+        CPU.end()
         rate = n / (time.perf_counter() - (first or 0))
         cpu_us = (time.process_time() - cpu_first) / n * 1e6
         consumer.close()
@@ -66,8 +114,6 @@ def consume(mode: str, n: int) -> tuple[float, float]:
 
 
 def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
-    import threading
-
     from kmq.worker import Worker
 
     worker = Worker(config, [queue], lambda _message: None)
@@ -77,8 +123,10 @@ def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
     while not worker.counts["acked"]:
         time.sleep(0.0005)
     first, cpu_first, done_first = time.perf_counter(), time.process_time(), worker.counts["acked"]
+    CPU.begin()
     while worker.counts["acked"] < n:
         time.sleep(0.002)
+    CPU.end()
     rate = (n - done_first) / (time.perf_counter() - first)
     cpu_us = (time.process_time() - cpu_first) / (n - done_first) * 1e6
     worker.stop()
@@ -117,4 +165,6 @@ if __name__ == "__main__":
         top(sys.argv[2])
     else:
         rate, cpu_us = consume(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)
-        print(f"{sys.argv[1]}: {rate:,.0f} msgs/s, {cpu_us:.2f} CPU µs per message (all threads)")
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
+        print(f"{sys.argv[1]}: {rate:,.0f} msgs/s, {cpu_us:.2f} CPU µs per message (all threads)\n"
+              f"each thread's CPU per message (user + system):\n{CPU.report(n)}")

@@ -210,8 +210,7 @@ class Owner:
         if self.dead or self.revoked:
             return
         self.dispatch.advance()
-        for _ in range(reads):
-            self._read_one()
+        self._read(reads)
         self.dispatch.hand_out(room)
         self.dispatch.advance()
 
@@ -281,19 +280,22 @@ class Owner:
 
     # --- internals ------------------------------------------------------------------------------------------
 
-    def _read_one(self) -> None:
-        if self.backlog:
-            record = self.backlog.popleft()
-        elif self.read_pos < len(self.world.records):
-            record = self.world.records[self.read_pos]
-            self.read_pos += 1
-        else:
-            return
-        if not self.dispatch.divert(record):  # a plain record: Started for the tracker, safe to skip
+    def _read(self, most: int) -> None:
+        """Up to ``most`` records, in one batch as the Start pipeline takes them."""
+        batch: list[Rec] = []
+        while len(batch) < most:
+            if self.backlog:
+                batch.append(self.backlog.popleft())
+            elif self.read_pos < len(self.world.records):
+                batch.append(self.world.records[self.read_pos])
+                self.read_pos += 1
+            else:
+                break
+        for record in self.dispatch.divert_many(batch):  # plain records: Started for the tracker, safe to skip
             offset = self.world.append(encode_starts(QUEUE, AFTER_MS, (), refs=[self._message(record)],
                                                      client_id="c", instance_id=self.instance))
             self.dispatch.commits.start_recorded([MessageId(0, record.offset_)], offset)
-        self.book = max(self.book, record.offset_ + 1)
+        self.book = max([self.book, *(record.offset_ + 1 for record in batch)])
 
     # --- the consumer's offsets (groups.commits.Book) --------------------------------------------------------
 

@@ -32,6 +32,7 @@ import kmq.client.consumer.in_flight as compiled_in_flight
 import kmq.client.consumer.intake as compiled_intake
 import kmq.client.consumer.late_acks as compiled_late_acks
 import kmq.client.consumer.record_messages as compiled_record_messages
+import kmq.client.consumer.settle_sink as compiled_settle_sink
 import kmq.client.message as compiled_message
 import kmq.wire.marker_batch as compiled_marker_batch
 import kmq.wire.marker_bytes as compiled_marker_bytes
@@ -80,7 +81,7 @@ def test_every_hot_path_module_is_checked_here() -> None:
                                     compiled_record_messages, compiled_message, compiled_marker_batch,
                                     compiled_marker_bytes, compiled_marker_floor,
                                     compiled_start_refs, compiled_handler_runs, compiled_metrics,
-                                    compiled_prefetch, compiled_settle)}
+                                    compiled_prefetch, compiled_settle, compiled_settle_sink)}
     assert set(hot_path()) == checked
 
 
@@ -390,7 +391,11 @@ def test_intake(batches: list[list[KafkaMessage]], ops: list[tuple[Any, ...]], b
                 out.append(intake.fetch(0))
             elif op[0] == "take":
                 last = intake.take(op[1])
-                out.append([(r.partition(), r.offset()) for r in last])
+                offsets, own = side.offsets_and_own(last, b"q")
+                out.append(([(r.partition(), r.offset()) for r in last], offsets, [r.offset() for r in own]))
+                # The comprehensions it replaces in the Start pipeline, as the reference:
+                assert offsets == {(r.topic() or "", r.partition() or 0): (r.offset() or 0) + 1 for r in last}
+                assert own == [r for r in last if r.key() == b"q"]
             elif op[0] == "put_back":
                 intake.put_back(last)
                 last = []
@@ -400,6 +405,55 @@ def test_intake(batches: list[list[KafkaMessage]], ops: list[tuple[Any, ...]], b
                 intake.update_pause()
             out.append((len(intake), intake.paused, intake.records_read))
         seen.append((out, [(r.partition(), r.offset()) for r in errors], client.calls))
+    assert seen[0] == seen[1]
+
+
+# --- kmq.client.consumer.settle_sink ---------------------------------------------------------------------------
+
+
+class CountingEvent:
+    def __init__(self) -> None:
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+
+
+settle_ops = st.lists(st.one_of(
+    st.tuples(st.just("ack"), st.integers(0, 20)),
+    st.tuples(st.just("ack_many"), st.lists(st.integers(0, 20), max_size=4)),
+    st.tuples(st.just("keep_alive"), st.integers(0, 20)), st.tuples(st.just("release"), st.integers(0, 20)),
+    st.tuples(st.just("give_back"), st.integers(0, 20)), st.tuples(st.just("delay"), st.integers(0, 20)),
+    st.tuples(st.just("end"), st.integers(0, 20)), st.tuples(st.just("take"))), max_size=20)
+
+
+@settings(max_examples=300)
+@given(settle_ops, st.integers(1, 5))
+def test_settle_sink(ops: list[tuple[Any, ...]], batch_size: int) -> None:
+    seen = []
+    for side in (compiled_settle_sink, pure(compiled_settle_sink)):
+        wake, out = CountingEvent(), []
+        sink = side.SettleSink(batch_size, wake)
+        for op in ops:
+            mid = MessageId(0, op[1]) if len(op) > 1 and isinstance(op[1], int) else None
+            if op[0] == "ack":
+                sink.ack(mid)
+            elif op[0] == "ack_many":
+                sink.ack_many([MessageId(0, o) for o in op[1]])
+            elif op[0] == "keep_alive":
+                sink.keep_alive(mid)
+            elif op[0] == "release":
+                sink.release(mid, 5)
+            elif op[0] == "give_back":
+                sink.give_back(mid)
+            elif op[0] == "delay":
+                sink.delay(mid, 7)
+            elif op[0] == "end":
+                sink.end(mid, EndReason.REJECTED, "no")
+            else:
+                out.append(sink.take())
+            out.append((bool(sink), wake.sets))
+        seen.append(out)
     assert seen[0] == seen[1]
 
 

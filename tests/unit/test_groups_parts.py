@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kmq import wire
 from kmq.client.consumer.groups.dispatch import GroupRules
@@ -134,3 +136,30 @@ def test_a_message_whose_workers_went_silent_max_deliveries_times_is_dead_letter
     owner.round(5, 5)
     assert [(o, c) for _, o, c in world.handouts] == [(0, 1), (0, 2), (1, 1)]
     assert world.dead_letters == [(0, 3, "max deliveries (2) reached")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", None, None, None]), min_size=1, max_size=30),
+       st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=12))
+def test_divert_many_takes_what_divert_takes_record_by_record_and_leaves_the_ledger_alike(
+        groups: list[str | None], reads: list[tuple[int, bool]]) -> None:
+    """The Start pipeline's batch call against the per-record one it stands for, over reads and re-reads (a
+    rewound batch read again) of plain and grouped records."""
+    worlds = [World(), World()]
+    for world in worlds:
+        for group in groups:
+            world.send(group)
+    owners = [Owner(world, "i0") for world in worlds]
+    position = 0
+    for size, again in reads:
+        batch = worlds[0].records[position:position + size]
+        if again and position:  # a rewound batch: read again from an earlier offset
+            batch = worlds[0].records[max(0, position - size):position]
+        else:
+            position += len(batch)
+        by_batch = [r.offset_ for r in owners[0].dispatch.divert_many(list(batch))]
+        by_record = [r.offset_ for r in worlds[1].records[batch[0].offset_:batch[-1].offset_ + 1]
+                     if not owners[1].dispatch.divert(r)] if batch else []
+        assert by_batch == by_record
+        ledgers = [owner.dispatch._ledgers[0] for owner in owners]
+        assert (ledgers[0].read_to, len(ledgers[0].entries)) == (ledgers[1].read_to, len(ledgers[1].entries))

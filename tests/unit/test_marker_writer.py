@@ -9,7 +9,7 @@ import pytest
 
 from kmq import Config
 from kmq.client.consumer.marker_writer import MarkerWriter
-from kmq.client.consumer.settle_writer import SettleSink
+from kmq.client.consumer.settle_sink import SettleSink
 from kmq.wire import RELEASE_REASON, MessageId
 from kmq.wire.marker_batch import decode_record, is_batch
 from kmq.wire.markers import EndReason, Marker, MarkerType, decode

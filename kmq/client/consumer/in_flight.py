@@ -27,7 +27,7 @@ from kmq.client.consumer.at_most_once import write_dead_letter
 from kmq.client.consumer.keep_alive import KeepAliveLoop
 from kmq.client.consumer.late_acks import LateAcks
 from kmq.client.consumer.marker_writer import MarkerWriter
-from kmq.client.consumer.settle_writer import SettleSink
+from kmq.client.consumer.settle_sink import SettleSink
 from kmq.client.message import Message
 from kmq.config import Config
 from kmq.errors import ConsumerClosedError, DeliveryError, KmqError

@@ -143,3 +143,15 @@ class Intake:
         kept = [r for r in self._backlog if (r.topic(), r.partition()) not in gone]
         self._backlog.clear()  # in place: a caller may be iterating it (this runs inside poll)
         self._backlog.extend(kept)
+
+
+def offsets_and_own(records: list[Record], key: bytes) -> tuple[dict[TopicPartitionKey, int], list[Record]]:
+    """Of a batch taken: per partition, the offset after its last record; and its records of this queue (``key``),
+    in order. One compiled pass, since this runs for every record read."""
+    offsets: dict[TopicPartitionKey, int] = {}
+    own: list[Record] = []
+    for record in records:
+        offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
+        if record.key() == key:
+            own.append(record)
+    return offsets, own

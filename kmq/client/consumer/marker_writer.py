@@ -14,7 +14,8 @@ from kmq._kafka.producer import MarkerProducer
 from kmq.client.consumer.broker_time import BrokerTime
 from kmq.client.consumer.marker_channel import Durable, MarkerChannel
 from kmq.client.consumer.reference_policy import ReferencePolicy
-from kmq.client.consumer.settle_writer import SettleSink, SettleWriter
+from kmq.client.consumer.settle_sink import SettleSink
+from kmq.client.consumer.settle_writer import SettleWriter
 from kmq.client.consumer.start_writer import StartWriter
 from kmq.config import Config
 from kmq.delivery import Delivery

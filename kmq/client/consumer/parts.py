@@ -129,7 +129,7 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
         to_messages=make_messages,
         commit=committer.commit, hand_out=gate.put, start_timeout_s=config.connect_timeout_ms / 1000 + 20,
         stopping=stop, write_starts=settler is in_flight, dedup=dedup,
-        divert=None if groups is None else groups.divert, depth=config.start_pipeline_depth)
+        divert=None if groups is None else groups.divert_many, depth=config.start_pipeline_depth)
     rebalances = Rebalances(topic=topics.messages, intake=intake, pipeline=pipeline, book=book,
                             committer=committer, groups=groups, dedup=dedup, keep_alives=in_flight.keep_alives,
                             closed=closed)

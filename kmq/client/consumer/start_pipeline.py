@@ -26,7 +26,7 @@ from typing import Protocol
 import structlog
 
 from kmq._kafka.offsets import CommitOutcome
-from kmq.client.consumer.intake import Intake, Record
+from kmq.client.consumer.intake import Intake, Record, offsets_and_own
 from kmq.client.consumer.marker_writer import MarkerWriter
 from kmq.client.consumer.offset_book import OffsetBook, TopicPartitionKey
 from kmq.client.message import Message
@@ -70,7 +70,7 @@ class StartPipeline:
                  commit: Callable[[Mapping[TopicPartitionKey, int]], CommitOutcome],
                  hand_out: Callable[[list[Message]], None], start_timeout_s: float,
                  stopping: threading.Event | None = None, write_starts: bool = True,
-                 dedup: Screen | None = None, divert: Callable[[Record], bool] | None = None,
+                 dedup: Screen | None = None, divert: Callable[[list[Record]], list[Record]] | None = None,
                  depth: int) -> None:
         self._key = key
         #: Batches Started and not yet handed out (Config.start_pipeline_depth): the oldest is handed out before
@@ -90,7 +90,8 @@ class StartPipeline:
         self._write_starts = write_starts
         self._dedup = dedup
         self._stopping = stopping or threading.Event()
-        #: Message groups: takes this queue's records that are the groups' concern (their offsets still count).
+        #: Message groups: takes this queue's records that are the groups' concern (their offsets still count) and
+        #: returns the others.
         self._divert = divert
         self._batches: deque[StartBatch] = deque()
         #: Messages Started and not yet handed out.
@@ -110,11 +111,7 @@ class StartPipeline:
     # 1. Start
 
     def start(self, records: list[Record]) -> None:
-        # Comprehensions, not one loop with appends: this runs for every record read.
-        offsets: dict[TopicPartitionKey, int] = {(r.topic() or "", r.partition() or 0): (r.offset() or 0) + 1
-                                                 for r in records}
-        key = self._key
-        own = [r for r in records if r.key() == key]
+        offsets, own = offsets_and_own(records, self._key)
         ends: list[Delivery[MessageId]] = []
         if own and self._dedup is not None:
             screened = self._dedup.screen(own)  # duplicates are Ended (deduplicated) instead of Started
@@ -122,9 +119,8 @@ class StartPipeline:
                 self._intake.put_back(records)
                 return
             own, ends = screened
-        divert = self._divert
-        if own and divert is not None:  # the message groups' records go to their ledger (their offsets still count)
-            own = [record for record in own if not divert(record)]
+        if own and self._divert is not None:  # the message groups' records go to their ledger (offsets still count)
+            own = self._divert(own)
         if not own and not ends and not self._batches:
             self._book.advance(offsets, len(records))  # nothing to Start, nothing before it: safe to skip
             return

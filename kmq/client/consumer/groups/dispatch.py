@@ -89,6 +89,27 @@ class GroupDispatch:
 
     # --- reading (loop thread, inside the Start pipeline) ----------------------------------------------------------
 
+    def divert_many(self, records: list[Any]) -> list[Any]:
+        """``records`` but those ``divert`` takes (the Start pipeline's batch of this queue's records). The plain
+        records of a partition with nothing grouped in it are kept here without a call each: this runs for every
+        record read."""
+        kept = []
+        ledgers = self._ledgers
+        for record in records:
+            ledger = ledgers.get(record.partition())
+            if ledger is None:
+                kept.append(record)
+                continue
+            if not ledger.blind and not ledger.entries and not record.headers():
+                offset: int = record.offset()
+                if offset >= ledger.read_to:  # divert's own steps for such a record, inlined
+                    ledger.read_to = offset + 1
+                    kept.append(record)
+                    continue
+            if not self.divert(record):
+                kept.append(record)
+        return kept
+
     def divert(self, record: Any) -> bool:
         """True when this queue's ``record`` is the groups' concern (grouped, parked, or already Started by an
         earlier owner): the Start pipeline then skips it (its offset still counts)."""

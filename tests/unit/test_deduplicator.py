@@ -132,6 +132,15 @@ def test_copies_and_sends_without_an_id_never_cost_a_rebuild(rig_and_log: tuple[
     assert log.reads == [] and dedup.deduplicated == 0
 
 
+def test_a_batch_without_headers_passes_whole_and_costs_no_rebuild() -> None:
+    log = Log()
+    dedup = Deduplicator(b"q", 300_000, 0, log.read_back, None)
+    batch = [keyed(0, 1, None), keyed(1, 7, None), keyed(0, 2, None)]
+    kept, ends = dedup.screen(batch)  # type: ignore[misc,arg-type]
+    assert [(r.partition(), r.offset()) for r in kept] == [(0, 1), (1, 7), (0, 2)] and ends == []
+    assert log.reads == [] and dedup.deduplicated == 0
+
+
 def test_only_the_queues_own_records_read_back_are_remembered() -> None:
     log = Log([keyed(0, 1, "a", key=b"other-queue"), keyed(0, 2, "b")])
     dedup = Deduplicator(b"q", 300_000, 0, log.read_back, None)

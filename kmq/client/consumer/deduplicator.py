@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import methodcaller
 from typing import Any, Protocol
 
 import structlog
@@ -34,6 +35,8 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
 #: How often a failing rebuild is logged.
 COMPLAIN_EVERY_S = 10.0
+
+_headers = methodcaller("headers")
 
 
 class KeyedRecord(Record, Protocol):
@@ -84,6 +87,8 @@ class Deduplicator:
         """``records`` (of this queue, in offset order per partition) less the duplicates, and the deliveries of the
         duplicates' Ends (wait for them before committing past them). None when a window could not be rebuilt now:
         the records must be taken again later."""
+        if not any(map(_headers, records)):  # none has headers, so none a dedup id (the common case): a pass in C
+            return records, []
         keep: list[Record] = []
         duplicates: list[tuple[MessageId, MessageId]] = []
         for record in records:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 from kmq._kafka.records import log_append_time_ms
@@ -21,6 +22,8 @@ from kmq.errors import DeliveryError
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import START_OVERHEAD_BYTES, Startable, encode_starts, start_size
 from kmq.wire.marker_bytes import encode_start
+
+_message_id = attrgetter("message_id")
 
 
 class StartWriter:
@@ -74,7 +77,7 @@ class StartWriter:
         channel = self._channel
         value = encode_starts(channel.key, channel.after_ms, chunk, refs=refs, client_id=channel.client_id,
                               instance_id=channel.instance_id, owner_tracked=owner_tracked)
-        ids = [m.message_id for m in (*chunk, *refs)]  # every message this record Starts, by copy or reference
+        ids = [*map(_message_id, chunk), *map(_message_id, refs)]  # every message it Starts, by copy or reference
         sent_at = time.monotonic()
 
         def on_record(record: Any) -> None:
@@ -93,7 +96,7 @@ class StartWriter:
         total = len(messages)
         sent_at = time.monotonic()
 
-        ids = [m.message_id for m in messages]
+        ids = list(map(_message_id, messages))
         appended: list[int] = []
 
         def done(err: Any, record: Any) -> None:

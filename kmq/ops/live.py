@@ -130,11 +130,13 @@ class LiveLifecycles:
 
     def set_purged_before(self, purged_before: Mapping[str, int]) -> None:
         """The queues' purge times (``ControlState.purged_before``; they only move forward). A purge can only end
-        a message that is waiting (one in a state before it keeps that state, one after it has no waiting record):
-        those are classified again."""
+        a waiting record: the messages that have one are classified again, those waiting and those in another state
+        that a waiting record stands beside (a released message whose copy waits while its delivery is overdue:
+        the purge leaves its state but not when it began waiting)."""
         for queue, before in purged_before.items():
             if before > self._purged_before.get(queue, 0):
                 self._dirty.update(self._index.in_state(queue, v.WAITING))
+                self._dirty.update(k for k, m in self.lives.items() if k[0] == queue and m.waiting_since_ms is not None)
         self._purged_before = dict(purged_before)
 
     # --- classification --------------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ import random
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kmq.ops import lifecycle
 from kmq.ops.audit.synthetic.memory import MemorySink
-from kmq.ops.audit.synthetic.plans import Plan, PlanMaker
+from kmq.ops.audit.synthetic.plans import Plan, PlanMaker, QueueSpec, Step
 from kmq.ops.audit.synthetic.simulator import Outcome
 from kmq.ops.live import LiveLifecycles
 from kmq.wire import MessageId
@@ -105,8 +105,20 @@ def test_thousands_of_random_lives_read_in_rounds() -> None:
     _rounds(sink, outcome, random.Random(4), forget_acked=True)
 
 
+_KMQ = QueueSpec(name="h-kmq", marker_format="kmq", at_most_once=False, purge=False, redelivery_timeout_ms=10000,
+                 max_deliveries=3)
+_PURGED = QueueSpec(name="h-purge", marker_format="kmq", at_most_once=False, purge=True, redelivery_timeout_ms=10000,
+                    max_deliveries=3)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plans, min_size=1, max_size=25), st.integers(0, 2**16), st.booleans())
+# A purge while a released message's copy waits and its delivery is overdue: the state stays, the wait is purged.
+@example(drawn=[*[Plan(queue=_KMQ, steps=(), never_read=True, amo="", after_purge=False)] * 4,
+                Plan(queue=_PURGED, steps=(Step(outcome="release", tracker="late", go_consumer=False, restart=False,
+                                                late_ack=False, redrive=False),),
+                     never_read=False, amo="", after_purge=False)],
+         seed=1574, forget_acked=False)
 def test_any_mix_of_lives_in_any_rounds_is_classified_as_read_at_once(drawn: list[Plan], seed: int,
                                                                       forget_acked: bool) -> None:
     sink, outcome = simulate(drawn, seed)

@@ -364,13 +364,13 @@ class FetchClient:
         return [0, 1]
 
 
-def plain_record(partition: int, offset: int, own: bool, error: bool) -> KafkaMessage:
-    return KafkaMessage(topic="m", partition=partition, offset=offset, key=b"q" if own else b"other", value=b"v",
+def plain_record(partition: int, offset: int, own: bool, error: bool, topic: str = "m") -> KafkaMessage:
+    return KafkaMessage(topic=topic, partition=partition, offset=offset, key=b"q" if own else b"other", value=b"v",
                         error=KafkaError(KafkaError._PARTITION_EOF) if error else None)
 
 
 intake_records = st.builds(plain_record, st.integers(0, 2), st.integers(0, 100), st.booleans(),
-                           st.sampled_from([False, False, False, True]))
+                           st.sampled_from([False, False, False, True]), st.sampled_from(["m", "m", "m", "n"]))
 intake_ops = st.lists(st.one_of(st.tuples(st.just("fetch")), st.tuples(st.just("take"), st.integers(0, 6)),
                                 st.tuples(st.just("put_back")), st.tuples(st.just("forget"), st.integers(0, 2)),
                                 st.tuples(st.just("update_pause"))), max_size=12)

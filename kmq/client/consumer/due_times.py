@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 from kmq.client.message import Message
 from kmq.config import MAX_REDELIVERY_TIMEOUT_MS
 from kmq.wire import HEADER_DELIVER_AT, HEADER_EXPIRES_AT, now_ms
+
+_record_headers = attrgetter("record_headers")
 
 #: Due within this: held by the consumer instead of a hop through the tracker (whose timing is ~0.1-1 s coarse).
 LOCAL_HOLD_MS = 1_000
@@ -35,9 +38,11 @@ class DueTimes:
     def __len__(self) -> int:
         return len(self._held)
 
-    def sort(self, messages: Iterable[Message]) -> tuple[list[Message], list[tuple[Message, int]], list[Message]]:
+    def sort(self, messages: Sequence[Message]) -> tuple[list[Message], list[tuple[Message, int]], list[Message]]:
         """(messages to hand out now, messages to send on a hop with their delay in ms, expired messages); the rest
         are held."""
+        if not any(map(_record_headers, messages)):  # none has headers (the common case): a pass in C
+            return list(messages), [], []
         ready: list[Message] = []
         hops: list[tuple[Message, int]] = []
         expired: list[Message] = []

@@ -147,11 +147,20 @@ class Intake:
 
 def offsets_and_own(records: list[Record], key: bytes) -> tuple[dict[TopicPartitionKey, int], list[Record]]:
     """Of a batch taken: per partition, the offset after its last record; and its records of this queue (``key``),
-    in order. One compiled pass, since this runs for every record read."""
+    in order. One compiled pass, since this runs for every record read; a partition's records come in runs, so its
+    entry is written once a run."""
     offsets: dict[TopicPartitionKey, int] = {}
     own: list[Record] = []
+    topic, partition, offset = "", -1, -1
     for record in records:
-        offsets[(record.topic() or "", record.partition() or 0)] = (record.offset() or 0) + 1
+        record_topic, record_partition = record.topic() or "", record.partition() or 0
+        if record_partition != partition or record_topic != topic:
+            if partition >= 0:
+                offsets[(topic, partition)] = offset + 1
+            topic, partition = record_topic, record_partition
+        offset = record.offset() or 0
         if record.key() == key:
             own.append(record)
+    if partition >= 0:
+        offsets[(topic, partition)] = offset + 1
     return offsets, own

@@ -130,10 +130,10 @@ test-secure: kafka-fetch
 demo: kafka-fetch
 	$(PY) -m kmq.demo
 
-bench: kafka-fetch
+bench: kafka-fetch redis-server
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
-bench-quick: kafka-fetch
+bench-quick: kafka-fetch redis-server
 	KMQ_BENCH_QUICK=1 $(PY) -m pytest tests/bench -p no:cacheprovider -o testpaths=tests/bench -m bench -s
 
 # Dramatiq 2.2.1's own test suite (its sdist, fetched at run time into ~/.cache/kmq) against kmq's Dramatiq broker,
@@ -159,7 +159,12 @@ $(CELERY_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,celery,bench]'
 	@touch $@
 
-# The bench compares Celery on kmq with Celery on Redis (tests/bench/test_bench_celery.py).
+# The bench compares Celery on kmq with Celery on Redis (tests/bench/test_bench_celery.py), and Dramatiq likewise: a
+# redis-server from the machine's packages is their baseline's broker.
+.PHONY: redis-server
+redis-server:
+	@command -v redis-server >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server; }
+
 bench bench-quick: $(CELERY_STAMP)
 
 test-celery: kafka-fetch $(CELERY_STAMP)

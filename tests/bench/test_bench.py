@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from kmq import Config, Service, logs
 from kmq._kafka.topics import create_topics
+from kmq.testing.broker import die_with_parent
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import decode_record, encode_starts
 from kmq.wire.markers import Marker, MarkerType, encode
@@ -76,7 +77,7 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
     after the markers were written reads them late, and its deadline clock starts that far behind
     (docs/concepts/tracker.md)."""
     proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
     if not wait_for(lambda: members_holding_partitions(admin, config.tracker_group) > 0, timeout_s=60):
         proc.kill()

@@ -18,6 +18,7 @@ from confluent_kafka import Producer as RawProducer
 
 from kmq import Config, Service, logs, tune_gc
 from kmq._kafka.topics import create_topics
+from kmq.testing.broker import die_with_parent
 from tests.helpers import ROOT, env_for
 
 RAW_PRODUCER = {"enable.idempotence": True, "partitioner": "random", "linger.ms": 5}
@@ -240,8 +241,9 @@ def backlog_with_tracker(config: Config, prefix: str, n: int) -> Iterator[str]:
     sender = mp.get_context("spawn").Process(target=kmq_send, args=(config, queue, n, 256, False))
     sender.start()
     sender.join()
+    # (dies with this process however it ends: a profile run killed by hand once left its trackers for hours)
     tracker = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
     try:
         yield queue
     finally:

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import AdminClient
 
 from kmq._kafka.control import ControlFollower
+from kmq._kafka.group_view import GroupAdmin, KafkaGroupAdmin
 from kmq._kafka.producer import PolledProducer
 from kmq._kafka.retention import Retention, check_retention
 from kmq._kafka.settings import base_settings
@@ -92,6 +93,7 @@ class ClientFactory(Protocol):
     def control(self, config: Config, topics: TopicSet,
                 on_change: Callable[[ControlState], None] | None) -> ControlClient: ...
     def retention(self, config: Config, topics: TopicSet) -> Retention | None: ...
+    def group_admin(self, config: Config) -> GroupAdmin: ...
 
 
 class KafkaClients:
@@ -121,3 +123,7 @@ class KafkaClients:
                         note="the topics' retention could not be read: Starts copy their payloads")
             return None
         return None if retention is None or retention.problems() else retention
+
+    def group_admin(self, config: Config) -> GroupAdmin:
+        """What the group coordinator says about a group (a member checking that it is still in it)."""
+        return KafkaGroupAdmin(config)

@@ -13,16 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kmq._kafka.group_view import GroupView
+from kmq._kafka.rejoin import OUT_OF_GROUP, RejoinWatch
 from kmq.config import Config
 from kmq.metrics_http import GROUP_CHECK_S, Cached, Health, Pulse, Unassigned, first_problem
 from kmq.topic_sets import TopicSet
-
-#: How long the coordinator must have said that this replica is not a member (two of its answers, GROUP_CHECK_S
-#: apart) before the tracker makes a new group consumer. A member that is joining is listed: one left out this long
-#: is not joining.
-REJOIN_MARGIN_S = 5.0
-#: needed()'s answer for a replica its coordinator does not count as a member.
-OUT_OF_GROUP = "out of group"
 
 #: The loop turns at least every IDLE_POLL_S; a rebalance callback may hold it for two offset queries (5 s each)
 #: per partition assigned. Past this (librdkafka's own max.poll.interval.ms), it is stuck.
@@ -44,11 +38,8 @@ class TrackerHealth:
         self._stopping = stopping
         self._exit_after_ms = config.unassigned_exit_ms
         needed = self._cached_needed = Cached(self.needed, GROUP_CHECK_S, monotonic)
-        self._held_nothing_for_s = held_nothing_for_s
-        self._monotonic = monotonic
-        self._session_s = config.session_timeout_ms / 1000
-        #: Since when the coordinator has said this replica is out of its group (None: not seen so).
-        self._out_since: float | None = None
+        self._rejoin = RejoinWatch(held_nothing_for_s, self._out_of_group, config.session_timeout_ms / 1000,
+                                   monotonic)
         self._unready = Unassigned(held_nothing_for_s, needed, config.unassigned_unhealthy_ms / 1000)
         self._gone = Unassigned(held_nothing_for_s, needed, config.unassigned_exit_ms / 1000)
         #: Beaten by the loop each turn.
@@ -79,28 +70,14 @@ class TrackerHealth:
         return None if self._stopping() else self.pulse()
 
     def rejoin_reason(self) -> str | None:
-        """Why this replica must replace its group consumer now, or None (asked by its loop).
+        """Why this replica must replace its group consumer now, or None (asked by its loop): out of its group
+        while markers partitions have no tracker (RejoinWatch). A replica that holds partitions, or that the broker
+        cannot describe, is left alone."""
+        return None if self._stopping() else self._rejoin.reason()
 
-        librdkafka's member rejoins by itself after its session was lost; but after a broker freeze it has stayed out
-        for 30 s and more (issue #31; its race inside librdkafka is not pinned down). So once this replica has held
-        nothing for the session timeout and the coordinator has said for REJOIN_MARGIN_S that it is not a member
-        while markers partitions have no tracker, a new consumer joins afresh (and again after as long if that one
-        stays out too). A replica that holds partitions, or that the broker cannot describe, is left alone."""
-        if self._stopping() or self._held_nothing_for_s() < self._session_s:
-            self._out_since = None
-            return None
+    def _out_of_group(self) -> str | None:
         why = self._cached_needed()
-        if why is None or not why.startswith(OUT_OF_GROUP):
-            self._out_since = None
-            return None
-        now = self._monotonic()
-        if self._out_since is None:
-            self._out_since = now
-        out_s = now - self._out_since
-        if out_s < REJOIN_MARGIN_S:
-            return None
-        self._out_since = None
-        return f"{why}, for {out_s:.0f} s by its coordinator's account"
+        return why if why is not None and why.startswith(OUT_OF_GROUP) else None
 
     def exit_reason(self) -> str | None:
         """Why this tracker must exit now (asked by its loop), or None."""

@@ -92,6 +92,8 @@ class WorkerMetrics:
                                ["queue"], registry=r)
         #: Queue → its consumer's count of late acks (read at scrape time).
         self.late_acks: dict[str, Callable[[], int]] = {}
+        #: Queue → its consumers' count of rejoins with a new group consumer (read at scrape time).
+        self.rejoins: dict[str, Callable[[], int]] = {}
         r.register(_RunCollector(self))
 
 
@@ -126,7 +128,13 @@ class _RunCollector(Collector):
             "from Kafka while the handler ran): the tracker may have delivered it again", labels=["queue"])
         for queue, count in list(self._metrics.late_acks.items()):
             late.add_metric([queue], count())
-        yield from (runs, running, durations, waits, late)
+        rejoins = CounterMetricFamily(
+            "kmq_consumer_rejoins", "Group consumers made again because the group coordinator kept this worker's "
+            "consumer out of its group (librdkafka's own rejoin stayed out, as after a broker freeze)",
+            labels=["queue"])
+        for queue, count in list(self._metrics.rejoins.items()):
+            rejoins.add_metric([queue], count())
+        yield from (runs, running, durations, waits, late, rejoins)
 
 
 def _summed(histograms: list[Histogram], size: int) -> tuple[list[int], float]:

@@ -49,7 +49,8 @@ class QueueConsumers:
                 self.windows[queue] = PrefetchWindow(self._concurrency, self._config.max_in_flight,
                                                      _limit_setter(mine))
                 self._metrics.in_flight.labels(queue).set_function(_in_flight_of(mine))
-                self._metrics.late_acks[queue] = _late_acks_of(mine)
+                self._metrics.late_acks[queue] = _total(mine, lambda c: c.late_acks)
+                self._metrics.rejoins[queue] = _total(mine, lambda c: c.rejoins)
         except BaseException:
             for consumer in opened:
                 consumer.close(close_timeout_s)
@@ -98,8 +99,8 @@ def _in_flight_of(consumers: list[Consumer]) -> Callable[[], float]:
     return lambda: sum(c.in_flight for c in consumers)
 
 
-def _late_acks_of(consumers: list[Consumer]) -> Callable[[], int]:
-    return lambda: sum(c.late_acks for c in consumers)
+def _total(consumers: list[Consumer], count: Callable[[Consumer], int]) -> Callable[[], int]:
+    return lambda: sum(count(c) for c in consumers)
 
 
 def _limit_setter(consumers: list[Consumer]) -> Callable[[int], None]:

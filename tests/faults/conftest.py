@@ -60,5 +60,6 @@ def results() -> Iterator[list[dict[str, object]]]:
               f"{row['explained']}, late acks {row['late_acks']}, redelivery {row['redelivery_s']} s after the "
               f"fault began (the faulted worker's {row['zombie_redelivery_s']} s), retries up to "
               f"{row['retry_lag_s']} s late, backlog {row['recovered_s']} s and all "
-              f"ready {row['healthy_s']} s after it ended; CPU % during {row['cpu_fault_pct']}, idle "
+              f"ready {row['healthy_s']} s after it ended ({row['ready_after']}); CPU % during "
+              f"{row['cpu_fault_pct']}, idle "
               f"{row['cpu_idle_pct']}; health during {row['health_during']}; exits {row['exits']}")

@@ -44,6 +44,8 @@ RECONNECT_S = 10.0
 #: rebalance and a partition's rebuild (stated in docs/guides/operations.md).
 REDELIVERY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + RECONNECT_S + 10.0
 RATE_PER_S = 20.0
+#: Handler threads per worker.
+CONCURRENCY = 4
 #: The workers' retry delay (--backoff-base and --backoff-max).
 BACKOFF_S = 2.0
 WORKERS = 2
@@ -89,6 +91,8 @@ class Verdict:
     health_during: dict[str, list[str]]
     #: Seconds after the fault's end until every process answered /readyz 200 (None: not within a minute).
     healthy_s: float | None
+    #: Per process: seconds after the fault's end until its first 200, and what it said before (who was slow, why).
+    ready_after: dict[str, str]
     health_after: dict[str, str]
     exits: dict[str, list[str]]
 
@@ -145,7 +149,7 @@ class Rig:
         self._spawn("tracker", ["-m", "kmq.redelivery"], self.tracker_ns, restart=True)
         for i, ns in enumerate(self.worker_ns, start=1):
             self._spawn(f"worker-{i}", ["-m", "kmq.cli", "worker", "tests.faults.handlers:work", "--queue",
-                                        self.queue, "--concurrency", "4", "--backoff-base", str(BACKOFF_S),
+                                        self.queue, "--concurrency", str(CONCURRENCY), "--backoff-base", str(BACKOFF_S),
                                         "--backoff-max", str(BACKOFF_S)], ns)
         admin = AdminClient({"bootstrap.servers": self.config.bootstrap_servers, "log_level": 0})
         joined = wait_for(lambda: members_holding_partitions(admin, consumer_group(self.queue)) == WORKERS
@@ -232,9 +236,10 @@ class Rig:
         explained: dict[str, int] = defaultdict(int)
         unexplained = []
         copies_retried = self._copies_retried()
+        rewound = self._starts_rewound()
         for first, its_runs in by_first.items():
             for i, earlier in enumerate(its_runs[:-1]):
-                reason = _explain(earlier, its_runs, i, start, end, faulted_pids, copies_retried)
+                reason = _explain(earlier, its_runs, i, start, end, faulted_pids, copies_retried, rewound)
                 if reason is None:
                     unexplained.append(f"{first}: runs {[(r.pid, r.count, round(r.t - start, 1)) for r in its_runs]}")
                 else:
@@ -257,13 +262,23 @@ class Rig:
             cpu_idle_pct=cpu_idle,
             health_during={n: sorted({f"{s.status} {_short(s.body)}" for s in in_fault if s.name == n})
                            for n in self.procs},
-            healthy_s=self._healthy_s(end), health_after=after, exits=exits)
+            healthy_s=self._healthy_s(end), ready_after=self._ready_after(end), health_after=after, exits=exits)
 
     def _copies_retried(self) -> set[str]:
         """Message ids whose copy the tracker wrote again after a failed write (its ``redelivery_retry`` lines)."""
         tracker = self.procs.get("tracker")
         text = tracker.log_text() if tracker is not None else ""
         return set(re.findall(r"message_id=(\S+) step=copy .*event=redelivery_retry", text))
+
+    def _starts_rewound(self) -> set[str]:
+        """Message ids whose Start a worker rewound (its ``starts_rewound`` lines): the Start may be durable, or land
+        late, with no keep-alive after it."""
+        ids: set[str] = set()
+        for name, proc in self.procs.items():
+            if name.startswith("worker"):
+                for runs in re.findall(r'message_ids="?([0-9:,-]+)"? event=starts_rewound', proc.log_text()):
+                    ids |= parse_id_ranges(runs)
+        return ids
 
     def _healthy_s(self, end: float) -> float | None:
         """From the fault's end to the first moment every process's latest answer was 200."""
@@ -273,6 +288,17 @@ class Rig:
             if sample.t >= end and len(latest) == len(self.procs) and all(s.status == 200 for s in latest.values()):
                 return round(sample.t - end, 1)
         return None
+
+    def _ready_after(self, end: float) -> dict[str, str]:
+        """Per process, from the fault's end to its first 200 answer, and its last other answer before that."""
+        ready: dict[str, str] = {}
+        for name in self.procs:
+            after = [s for s in self.samples if s.name == name and s.t >= end]
+            first = next((s for s in after if s.status == 200), None)
+            before = [s for s in after if first is None or s.t < first.t]
+            said = f" after {before[-1].status} {_short(before[-1].body)}" if before else ""
+            ready[name] = f"{'never' if first is None else round(first.t - end, 1)} s{said}"
+        return ready
 
     def stop_all(self) -> None:
         """After a failed test: nothing may outlive it."""
@@ -285,12 +311,13 @@ class Rig:
 
 
 def _explain(run: Run, runs: list[Run], i: int, start: float, end: float, faulted_pids: set[int],
-             copies_retried: set[str]) -> str | None:
+             copies_retried: set[str], rewound: set[str]) -> str | None:
     """Why a run was followed by another of the same message, or None: the handler failed it on purpose (a
     retry); the tracker wrote its copy twice (the copy's write failed in the outage and was retried, in doubt:
     the tracker's log says so); its worker was the one faulted and the run had begun before the fault ended (a
-    zombie: its ack came late or never); or any worker's run in progress when the fault began or during it (its
-    keep-alives or ack could not be written in time)."""
+    zombie: its ack came late or never); any worker's run in progress when the fault began or during it (its
+    keep-alives or ack could not be written in time); or a run whose Start some worker had rewound before (the
+    worker's log names it), redelivered by the tracker before its next reader Started it again."""
     if fails_first(run.payload, run.count):
         return "retry"
     if run.count > 1 and any(r.count == run.count for r in runs[i + 1:]):
@@ -301,7 +328,27 @@ def _explain(run: Run, runs: list[Run], i: int, start: float, end: float, faulte
         return "zombie"
     if start - 5.0 <= run.t <= end:
         return "outage"
+    if run.first in rewound and any(r.count > run.count for r in runs[i + 1:]):
+        # A worker's Start of it was rewound (a Start not acknowledged in time while the broker was frozen, or a
+        # batch given up with its partitions): the tracker redelivered it before its next reader Started it again.
+        return "Start rewound"
     return None
+
+
+def drain_s(fault_s: float) -> float:
+    """How long the workers, at full capacity, take to run what the producer sent while nothing could be consumed
+    for ``fault_s`` (a frozen broker): a retry's copy written after the fault waits behind it in its partition."""
+    return RATE_PER_S * fault_s * WORK_S / (WORKERS * CONCURRENCY)
+
+
+def parse_id_ranges(text: str) -> set[str]:
+    """The ids of ``id_ranges``' runs (``3:38-40,2:7``), each as ``partition:offset``."""
+    ids: set[str] = set()
+    for run in filter(None, text.split(",")):
+        partition, _, offsets = run.partition(":")
+        first, _, last = offsets.partition("-")
+        ids.update(f"{partition}:{o}" for o in range(int(first), int(last or first) + 1))
+    return ids
 
 
 def _all_done(confirmed: set[str], runs: list[Run]) -> bool:

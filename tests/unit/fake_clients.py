@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from kmq._kafka.group_view import GroupView
 from kmq.config import Config
 from kmq.delivery import Delivery
 from kmq.topic_sets import TopicSet
@@ -326,6 +327,21 @@ class FakeReaderClient:
 LOOPBACK_OFFSET = 1_000_000
 
 
+class FakeGroupAdmin:
+    """What the group coordinator says about a group (kmq._kafka.group_view.GroupAdmin); None: it cannot say."""
+
+    def __init__(self, view: GroupView | None = None) -> None:
+        self.answer = view
+        self.asked = 0
+
+    def view(self, group: str, topic: str, timeout_s: float) -> GroupView | None:
+        self.asked += 1
+        return self.answer
+
+    def waiting(self, group: str, topic: str, timeout_s: float) -> int | None:
+        return None
+
+
 @dataclass
 class FakeClients:
     """The ClientFactory: hands out the given group client, and one FakeProducerClient per producer asked for."""
@@ -337,6 +353,7 @@ class FakeClients:
     #: What ``retention`` answers: None (Starts copy their payloads) or a kmq._kafka.retention.Retention.
     retention_answer: Any = None
     reading: FakeReaderClient = field(default_factory=FakeReaderClient)
+    admin: FakeGroupAdmin = field(default_factory=FakeGroupAdmin)
 
     def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
         self.settings = settings
@@ -362,8 +379,25 @@ class FakeClients:
     def reader(self, settings: dict[str, Any]) -> FakeReaderClient:
         return self.reading
 
+    def group_admin(self, config: Config) -> FakeGroupAdmin:
+        return self.admin
+
     def produced(self, topic: str) -> list[Produced]:
         return [r for p in self.producers for r in p.to(topic)]
+
+
+class RejoinClients(FakeClients):
+    """Hands out a new group client each time one is asked for (a member replacing its consumer)."""
+
+    def __init__(self, *groups: FakeGroupClient) -> None:
+        super().__init__(groups[0])
+        self.handed: list[FakeGroupClient] = []
+        self._next = list(groups)
+
+    def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
+        self.settings = settings
+        self.handed.append(self._next.pop(0))
+        return self.handed[-1]
 
 
 def receive(consumer: Any, n: int, timeout_s: float = 5.0) -> list[Any]:

@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from structlog.testing import capture_logs
 
+from kmq._kafka.group_view import GroupView
 from kmq.client.consumer import Consumer
 from kmq.config import Config
 from kmq.errors import UndeliveredMarkersError
 from tests.markers_io import wait_for
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, receive
+from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, RejoinClients, receive
 
 Make = Callable[..., tuple[Consumer, FakeClients]]
 
@@ -174,3 +175,64 @@ def test_an_ack_after_the_redelivery_deadline_counts_as_late_and_one_in_time_doe
     # Then the ack is counted late: the tracker may have delivered the message again meanwhile
     assert consumer.late_acks == 1
     assert [e["total"] for e in logs if e["event"] == "late_acks"] == [1]
+
+
+def test_a_consumer_its_coordinator_keeps_out_of_the_group_joins_again_with_a_new_group_consumer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import kmq._kafka.rejoin as rejoin
+    import kmq.client.consumer.rejoin as queue_rejoin
+
+    monkeypatch.setattr(rejoin, "REJOIN_MARGIN_S", 0.3)
+    monkeypatch.setattr(queue_rejoin, "GROUP_CHECK_S", 0.1)
+    # Given a consumer holding both partitions, whose group client loses them and never joins again (after a broker
+    # freeze librdkafka's member stayed out of its group until the run ended)
+    stuck, fresh = FakeGroupClient("m", partitions=2), FakeGroupClient("m", partitions=2)
+    fresh.member_id = "member-2"
+    clients = RejoinClients(stuck, fresh)
+    clients.admin.answer = GroupView(frozenset({"member-1"}), frozenset({0, 1}), frozenset({0, 1}))
+    consumer = Consumer(_config(consumer_kafka={"session.timeout.ms": "300"}), "q", clients=clients)
+    try:
+        with capture_logs() as logs:
+            stuck.rebalance("assign", [0, 1])
+            assert wait_for(lambda: consumer.assignment == {0, 1})
+            stuck.member_id = None
+            clients.admin.answer = GroupView(frozenset({"member-3"}), frozenset({0, 1}), frozenset({0, 1}))
+            stuck.rebalance("lost", [0, 1])
+            assert wait_for(lambda: not consumer.assignment)
+            # When the coordinator has said for the session timeout and the margin that it is not a member, a new
+            # group consumer subscribes, gets the partitions and its records are handed out; the stuck one is closed
+            fresh.rebalance("assign", [0, 1])
+            fresh.feed([Record("m", 0, 5, value_=b"after")])
+            got = receive(consumer, 1, timeout_s=8)
+            assert [m.payload for m in got] == [b"after"], [e["event"] for e in logs]
+            assert clients.handed == [stuck, fresh] and stuck.closed and not fresh.closed
+            assert consumer.assignment == {0, 1} and consumer.rejoins == 1
+            assert wait_for(lambda: fresh.committed_offsets == {0: 6}), fresh.commits
+            got[0].ack()
+    finally:
+        consumer.close(2)
+    rejoining = [e for e in logs if e["event"] == "consumer_rejoining"]
+    assert len(rejoining) == 1 and rejoining[0]["log_level"] == "warning"
+    assert rejoining[0]["reason"].startswith("out of group 'kafka-mq-q' (its members hold 2 of 2 partitions), for ")
+    assert fresh.closed, "close() closes the consumer it holds now"
+
+
+def test_a_standby_consumer_its_coordinator_counts_as_a_member_keeps_its_group_consumer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import kmq._kafka.rejoin as rejoin
+    import kmq.client.consumer.rejoin as queue_rejoin
+
+    monkeypatch.setattr(rejoin, "REJOIN_MARGIN_S", 0.2)
+    monkeypatch.setattr(queue_rejoin, "GROUP_CHECK_S", 0.1)
+    # Given a consumer given nothing (its group has more members than partitions), listed as a member
+    group = FakeGroupClient("m", partitions=2)
+    clients = FakeClients(group)
+    clients.admin.answer = GroupView(frozenset({"member-1", "member-2"}), frozenset({0, 1}), frozenset({0, 1}))
+    consumer = Consumer(_config(consumer_kafka={"session.timeout.ms": "200"}), "q", clients=clients)
+    try:
+        # When it has held nothing for many times the session timeout and the margin
+        time.sleep(1.0)
+        # Then it asked, and kept its group consumer
+        assert clients.admin.asked >= 2 and consumer.rejoins == 0 and not group.closed
+    finally:
+        consumer.close(2)

@@ -19,7 +19,7 @@ from kmq.redelivery.tracker import RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles, encode_starts
 from tests.markers_io import wait_for
-from tests.unit.fake_clients import FakeClients, FakeGroupClient, Record, running
+from tests.unit.fake_clients import FakeClients, FakeGroupAdmin, FakeGroupClient, Record, RejoinClients, running
 from tests.unit.fakes import FakeStart
 
 
@@ -70,21 +70,6 @@ def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_en
     assert not clients.produced("m"), "nothing acknowledged is redelivered"
 
 
-class FakeGroupAdmin:
-    """What the group coordinator says about the tracker group (kmq._kafka.group_view.GroupAdmin)."""
-
-    def __init__(self, view: GroupView | None) -> None:
-        self.answer = view
-        self.asked = 0
-
-    def view(self, group: str, topic: str, timeout_s: float) -> GroupView | None:
-        self.asked += 1
-        return self.answer
-
-    def waiting(self, group: str, topic: str, timeout_s: float) -> int | None:
-        return None
-
-
 def _view(members: set[str], served: set[int]) -> GroupView:
     return GroupView(frozenset(members), frozenset({0, 1, 2}), frozenset(served))
 
@@ -118,25 +103,11 @@ def test_a_tracker_that_lost_its_partitions_to_an_empty_group_says_so_then_exits
     assert [e["event"] for e in logs if e["log_level"] == "error"] == ["tracker_fatal"]
 
 
-class RejoinClients(FakeClients):
-    """Hands out a new group client each time one is asked for (a tracker replacing its consumer)."""
-
-    def __init__(self, *groups: FakeGroupClient) -> None:
-        super().__init__(groups[0])
-        self.handed: list[FakeGroupClient] = []
-        self._next = list(groups)
-
-    def group_consumer(self, settings: dict[str, Any]) -> FakeGroupClient:
-        self.settings = settings
-        self.handed.append(self._next.pop(0))
-        return self.handed[-1]
-
-
 def test_a_tracker_its_coordinator_keeps_out_of_the_group_joins_again_with_a_new_consumer(
         monkeypatch: Any) -> None:
-    import kmq.redelivery.health as health
+    import kmq._kafka.rejoin as rejoin
 
-    monkeypatch.setattr(health, "REJOIN_MARGIN_S", 0.5)
+    monkeypatch.setattr(rejoin, "REJOIN_MARGIN_S", 0.5)
     # Given a tracker holding all three partitions, whose group client loses them and never joins again
     stuck, fresh = FakeGroupClient("mk", partitions=3), FakeGroupClient("mk", partitions=3)
     clients = RejoinClients(stuck, fresh)

@@ -12,7 +12,6 @@ in flight (Started, buffered or handed out).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
@@ -20,7 +19,8 @@ from types import TracebackType
 import structlog
 
 from kmq import _kafka
-from kmq._kafka.factory import ClientFactory, GroupClient, KafkaClients
+from kmq._kafka.closing import close_within
+from kmq._kafka.factory import ClientFactory, KafkaClients
 from kmq.client.consumer.offset_book import TopicPartitionKey
 from kmq.client.consumer.parts import build_parts
 from kmq.client.consumer.poll_loop import PollLoop
@@ -106,6 +106,12 @@ class Consumer:
         """Acks made after their message's redelivery deadline (this process was frozen or cut off from Kafka while
         the handler ran): the tracker may have delivered those messages again (``kmq_late_acks_total``)."""
         return self._p.in_flight.late_acks.count
+
+    @property
+    def rejoins(self) -> int:
+        """Group consumers made again because the group coordinator kept this consumer out of its group (after a
+        broker freeze librdkafka's own rejoin can stay out; see kmq._kafka.rejoin)."""
+        return self._p.rejoin.rejoins
 
     def held_nothing_for_s(self) -> float:
         """Seconds this consumer has held no messages-topic partition (0 while it holds some): for health checks."""
@@ -264,7 +270,7 @@ class Consumer:
         if p.settler is not p.in_flight and never_received and fatal is None:
             self._uncommit(never_received)
         p.control.close()
-        _close_within(p.client, left() + 1.0, self._log)
+        close_within(p.client, left() + 1.0, self._log)
         if undelivered:
             self._log.error("markers_undelivered_at_close", undelivered=undelivered)
             raise UndeliveredMarkersError(
@@ -325,12 +331,3 @@ class Consumer:
             if purged:
                 self._log.info("purged_in_flight", purged=purged, before_ms=before)
 
-
-def _close_within(client: GroupClient, timeout_s: float, logger: structlog.typing.FilteringBoundLogger) -> None:
-    """librdkafka's close (leave the group, final fetch-state cleanup) may wait long with the broker down: it gets
-    a thread and ``timeout_s``; past that the process goes on, and its exit ends the client."""
-    closer = threading.Thread(target=client.close, name="kmq-consumer-close", daemon=True)
-    closer.start()
-    closer.join(timeout_s)
-    if closer.is_alive():
-        logger.warning("consumer_close_timeout", timeout_s=round(timeout_s, 1))

@@ -19,6 +19,7 @@ from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import ClientFactory, ControlClient, GroupClient, ProducerClient
 from kmq._kafka.group import GroupMembership
 from kmq._kafka.offsets import CommitOutcome, committed_with_metadata
+from kmq._kafka.replaceable import ReplaceableClient
 from kmq.client.consumer.at_most_once import AtMostOnceMessages
 from kmq.client.consumer.client_errors import ClientErrors
 from kmq.client.consumer.committer import QueueCommitter
@@ -36,6 +37,7 @@ from kmq.client.consumer.offset_book import OffsetBook
 from kmq.client.consumer.ready_gate import ReadyGate
 from kmq.client.consumer.rebalances import Rebalances
 from kmq.client.consumer.record_messages import to_message, to_messages
+from kmq.client.consumer.rejoin import QueueRejoin
 from kmq.client.consumer.start_pipeline import StartPipeline
 from kmq.client.message import Message
 from kmq.config import MARKER_FORMAT_KMQ, Config
@@ -62,8 +64,10 @@ class ConsumerParts:
     identity: ClientIdentity | None
     errors: ClientErrors
     #: The Kafka group member, and what reads, Starts, commits and hands out through it.
-    client: GroupClient
+    client: ReplaceableClient
     membership: GroupMembership
+    #: A new group member when the coordinator keeps this one out of its group.
+    rejoin: QueueRejoin
     intake: Intake
     book: OffsetBook
     committer: QueueCommitter
@@ -95,10 +99,9 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
     identity = (ClientIdentity(config.client_id, instance_id, producer, control, config.connect_timeout_ms / 1000 + 20)
                 if config.client_id else None)
     errors = ClientErrors(config, queue, logger)
-    client = clients.group_consumer({
-        **_kafka.consumer_settings(config, topics.consumer_group(queue), f"kmq-consumer-{queue}"),
-        "error_cb": errors.on_client_error,
-    })
+    settings = {**_kafka.consumer_settings(config, topics.consumer_group(queue), f"kmq-consumer-{queue}"),
+                "error_cb": errors.on_client_error}
+    client = ReplaceableClient(clients.group_consumer(settings))
     intake = Intake(client, key, errors.on_record_error, config.receive_buffer_capacity, config.max_read_ahead_records)
     book = OffsetBook(CommitPolicy(config.max_messages_per_commit, IDLE_COMMIT_S))
     committer = QueueCommitter(client, book, queue, left=intake.left)
@@ -139,10 +142,13 @@ def build_parts(config: Config, queue: str, clients: ClientFactory, topics: Topi
         on_revoking=rebalances.on_revoking, on_dropped=rebalances.on_dropped, on_changed=rebalances.on_changed,
         logger=logger)
     errors.membership = membership
+    rejoin = QueueRejoin(client=client, make_client=lambda: clients.group_consumer(settings), membership=membership,
+                         topic=topics.messages, admin=lambda: clients.group_admin(config),
+                         session_s=config.session_timeout_ms / 1000, monotonic=time.monotonic, logger=logger)
     return ConsumerParts(producer=producer, writer=writer, in_flight=in_flight, settler=settler, out=out,
                          control=control, identity=identity, errors=errors, client=client, membership=membership,
-                         intake=intake, book=book, committer=committer, pipeline=pipeline, gate=gate, groups=groups,
-                         stop=stop)
+                         rejoin=rejoin, intake=intake, book=book, committer=committer, pipeline=pipeline, gate=gate,
+                         groups=groups, stop=stop)
 
 
 def _build_groups(config: Config, topics: TopicSet, queue: str, clients: ClientFactory, client: GroupClient,

@@ -2,7 +2,8 @@
 
 Each round, top to bottom: held messages that came due go to the ready buffer; with room to Start more, the intake
 fetches and the Start pipeline Starts the next records; batches whose Starts are durable are committed and handed
-out; the offsets no hand-out waits for are committed now and then. Rebalances run inside the fetch (GroupMembership
+out; the offsets no hand-out waits for are committed now and then; a consumer its coordinator keeps out of its
+group joins again with a new group consumer (QueueRejoin). Rebalances run inside the fetch (GroupMembership
 calls the consumer's ``Rebalances``). A fatal Kafka error stops the loop and wakes every receiver.
 """
 
@@ -97,6 +98,7 @@ class PollLoop:
         pipeline.advance(block=not started or pipeline.full())
         if p.book and not pipeline and p.book.policy.due():
             p.committer.commit_pending()
+        p.rejoin.check()
 
     def _group_share(self, room: int) -> int:
         """Fair dispatch: the room grouped messages may take this round. Plain messages waiting in the backlog are

@@ -187,9 +187,13 @@ class StartPipeline:
         if not self._batches:
             return
         records = [r for batch in self._batches for r in batch.records]
-        for batch in self._batches:
-            for message in batch.messages:
-                self._in_flight.discard(message.message_id)
+        ids = [message.message_id for batch in self._batches for message in batch.messages]
+        for message_id in ids:
+            self._in_flight.discard(message_id)
+        if ids:
+            # Their Starts may be durable, or land late (a broker frozen): the tracker then redelivers any of them
+            # its next reader has not Started again within the redelivery timeout. Named, so a duplicate is explained.
+            log.info("starts_rewound", messages=len(ids), message_ids=id_ranges(ids))
         self._batches.clear()
         self.waiting = 0
         self._book.rewind(_first_offsets(records))
@@ -208,6 +212,25 @@ def _wait_done(deliveries: Iterable[Delivery[MessageId]], timeout_s: float, stop
             with contextlib.suppress(TimeoutError):
                 delivery.exception(min(left, 0.1) if stopping is not None else left)
     return True
+
+
+def id_ranges(ids: Iterable[MessageId]) -> str:
+    """Message ids as runs per partition, ``3:38-40,2:7``: a batch's ids, short enough for one log line."""
+    by_partition: dict[int, list[int]] = {}
+    for message_id in ids:
+        by_partition.setdefault(message_id.partition, []).append(message_id.offset)
+    runs: list[str] = []
+    for partition, offsets in by_partition.items():
+        offsets.sort()
+        first = last = offsets[0]
+        for offset in [*offsets[1:], None]:
+            if offset is not None and offset <= last + 1:
+                last = offset
+                continue
+            runs.append(f"{partition}:{first}" if first == last else f"{partition}:{first}-{last}")
+            if offset is not None:
+                first = last = offset
+    return ",".join(runs)
 
 
 def _first_offsets(records: Iterable[Record]) -> dict[TopicPartitionKey, int]:

@@ -11,6 +11,10 @@ from typing import Protocol
 
 import structlog
 
+#: How long a member replacing its group consumer (it is out of its group) waits for the old one to leave before it
+#: goes on without it.
+OLD_CLIENT_CLOSE_S = 10.0
+
 
 class Closable(Protocol):
     def close(self) -> None: ...

@@ -12,7 +12,6 @@ every commit in flight has an answer).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kmq import _kafka
+from kmq._kafka.closing import OLD_CLIENT_CLOSE_S, close_within
 from kmq._kafka.commit_policy import CommitPolicy
 from kmq._kafka.factory import GroupClient
 from kmq._kafka.group import GroupMembership
@@ -36,9 +36,6 @@ BATCH = 1000
 MIN_COMMIT_INTERVAL_S = 0.1
 #: How often the tracker says it cannot reach the broker.
 COMPLAIN_EVERY_S = 5.0
-#: How long a rejoin waits for the old consumer to leave its group before going on without it.
-OLD_CONSUMER_CLOSE_S = 10.0
-
 
 class MarkersGroup:
     """The group consumer of one tracker replica and its commits. Loop thread only (rebalance callbacks run inside
@@ -153,13 +150,7 @@ class MarkersGroup:
         it still runs is ignored (GroupMembership follows the new one)."""
         self.rejoins += 1
         log.warning("tracker_rejoining", group=self.membership.group, reason=reason, rejoins=self.rejoins)
-        old = self.consumer
-        closer = threading.Thread(target=_close, args=(old,), name="kmq-tracker-old-consumer", daemon=True)
-        closer.start()
-        closer.join(OLD_CONSUMER_CLOSE_S)
-        if closer.is_alive():
-            log.warning("tracker_old_consumer_not_closed", seconds=OLD_CONSUMER_CLOSE_S,
-                        detail="left to close in the background")
+        close_within(self.consumer, OLD_CLIENT_CLOSE_S, log, what="tracker_old_consumer")
         self._sent.clear()
         self.consumer = self._consumer_for(self._settings)
         self.membership.subscribe(self.consumer, [self._topic])

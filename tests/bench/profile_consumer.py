@@ -10,7 +10,8 @@ thread's own CPU µs per message (from ``/proc/self/task``): when two Python thr
 gives the one that waits some of the other's time, and only each thread's own CPU splits the cost truly.
 ``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``);
 ``PROFILE_CONSUMER_CONFIG="start_pipeline_depth=6,max_in_flight=4000"``: integer fields of its kmq Config.
-The consumer tunes the collector once set up (``kmq.tune_gc``), as the performance guide says; ``PROFILE_CONSUMER_GC=
+``PROFILE_CONSUMER_SWITCH_S=0.0005``: the interpreter's switch interval (how long a thread waiting for the GIL waits
+before it asks the holder to drop it; 5 ms by default). The consumer tunes the collector once set up (``kmq.tune_gc``), as the performance guide says; ``PROFILE_CONSUMER_GC=
 default`` leaves CPython's settings, for the difference.
 """
 
@@ -72,6 +73,8 @@ def consume(mode: str, n: int) -> tuple[float, float]:
     """msgs/s from the first message to the last, and the process's CPU µs per message meanwhile (less noisy on a
     shared machine than the rate)."""
     logs.configure("error")
+    if os.environ.get("PROFILE_CONSUMER_SWITCH_S"):
+        sys.setswitchinterval(float(os.environ["PROFILE_CONSUMER_SWITCH_S"]))
     base = w.group("prof")
     config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
                     marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq",

@@ -15,16 +15,13 @@ from collections.abc import Callable
 
 import structlog
 
-from kmq._kafka.closing import close_within
+from kmq._kafka.closing import OLD_CLIENT_CLOSE_S, close_within
 from kmq._kafka.factory import GroupClient
 from kmq._kafka.group import GroupMembership
 from kmq._kafka.group_view import GroupAdmin
 from kmq._kafka.rejoin import OUT_OF_GROUP, RejoinWatch
 from kmq._kafka.replaceable import ReplaceableClient
 from kmq.metrics_http import GROUP_CHECK_S, PROBE_TIMEOUT_S, Cached
-
-#: How long a rejoin waits for the old consumer to leave its group before going on without it.
-OLD_CONSUMER_CLOSE_S = 10.0
 
 
 class QueueRejoin:
@@ -73,4 +70,4 @@ class QueueRejoin:
         # The new one first: its subscription makes GroupMembership ignore the old one's callbacks as it closes.
         old = self._client.replace(self._make_client())
         self._membership.subscribe(self._client, [self._topic])
-        close_within(old, OLD_CONSUMER_CLOSE_S, self._log, what="consumer_old_client")
+        close_within(old, OLD_CLIENT_CLOSE_S, self._log, what="consumer_old_client")

@@ -11,8 +11,9 @@ gives the one that waits some of the other's time, and only each thread's own CP
 ``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``);
 ``PROFILE_CONSUMER_CONFIG="start_pipeline_depth=6,max_in_flight=4000"``: integer fields of its kmq Config.
 ``PROFILE_CONSUMER_SWITCH_S=0.0005``: the interpreter's switch interval (how long a thread waiting for the GIL waits
-before it asks the holder to drop it; 5 ms by default). The consumer tunes the collector once set up (``kmq.tune_gc``), as the performance guide says; ``PROFILE_CONSUMER_GC=
-default`` leaves CPython's settings, for the difference.
+before it asks the holder to drop it; 5 ms by default). The consumer tunes the collector once set up
+(``kmq.tune_gc``), as the performance guide says; ``PROFILE_CONSUMER_GC=default`` leaves CPython's settings, for the
+difference.
 """
 
 from __future__ import annotations

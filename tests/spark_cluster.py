@@ -11,7 +11,7 @@ Also ``python -m tests.spark_cluster`` (starts one, prints its URL, stops it on 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import json
 import os
 import shutil
@@ -27,16 +27,9 @@ from types import TracebackType
 
 import pyspark
 
-from kmq.testing.broker import free_port
+from kmq.testing.broker import die_with_parent, free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the process that started it dies, however it dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class ClusterError(RuntimeError):
@@ -74,7 +67,8 @@ class SparkCluster:
         with (self.work_dir / f"{name}.log").open("wb") as log:
             self.processes.append(subprocess.Popen(
                 [str(SPARK_HOME / "bin" / "spark-class"), *args], env=self._env(), stdout=log,
-                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True))
+                stderr=subprocess.STDOUT, preexec_fn=functools.partial(die_with_parent, signal.SIGKILL),
+                start_new_session=True))
 
     def start(self) -> SparkCluster:
         if shutil.which("java") is None:

@@ -157,10 +157,10 @@ def format_storage(jvm: list[str], props_file: Path, cluster_id: str, *, standal
         raise BrokerError(f"formatting Kafka storage failed:\n{said}")
 
 
-def die_with_parent() -> None:
-    # Linux only: the JVM gets SIGTERM if the Python process that started it dies, even by SIGKILL.
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child (``preexec_fn``), Linux only: ``sig`` once the process that started it dies, even by SIGKILL."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 @dataclass

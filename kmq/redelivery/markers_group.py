@@ -37,6 +37,7 @@ MIN_COMMIT_INTERVAL_S = 0.1
 #: How often the tracker says it cannot reach the broker.
 COMPLAIN_EVERY_S = 5.0
 
+
 class MarkersGroup:
     """The group consumer of one tracker replica and its commits. Loop thread only (rebalance callbacks run inside
     ``consume``). ``fold(records)`` feeds the records that waited for a partition's rebuild to start;

@@ -5,6 +5,7 @@ Writes bench-results/<timestamp>/results.json, results.md and PNG plots, and pri
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -181,12 +182,14 @@ def latency_case(bootstrap: str, admin: AdminClient) -> Case:
         raw_producer.produce(topic, payload, b"bench")
         raw_producer.poll(0)
 
-    _, raw_lat = w.run_consumers(w._raw_consume, (bootstrap, topic, w.group("lat")), WARM_UP + N_LATENCY, 1,
+    _, raw_lat = w.run_consumers(functools.partial(w._raw_consume, latency=True), (bootstrap, topic, w.group("lat")),
+                                 WARM_UP + N_LATENCY, 1,
                                  pace=w.paced_sender(raw_send, N_LATENCY, RATE, WARM_UP))
     config = fresh(bootstrap, "lat")
     queue = w.group("lat")
     producer = Service(config).queue(queue).producer()
-    _, our_lat = w.run_consumers(w._kmq_consume, (config, queue, 0), WARM_UP + N_LATENCY, 1,
+    _, our_lat = w.run_consumers(functools.partial(w._kmq_consume, latency=True), (config, queue, 0),
+                                 WARM_UP + N_LATENCY, 1,
                                  pace=w.paced_sender(producer.send_async, N_LATENCY, RATE, WARM_UP))
     producer.close()
     ours_p, raw_p = _tail([x * 1000 for x in our_lat]), _tail([x * 1000 for x in raw_lat])

@@ -1,13 +1,18 @@
 """Profiles the consumer's hot path: ``python -m tests.bench.profile_consumer MODE [N]`` against
 ``KMQ_BOOTSTRAP_SERVERS`` (a tracker runs beside it). MODE: ``one`` (receive() + ack()), ``many`` (receive_many(500)
 + ack_many()), ``many-ack`` (receive_many(500) + ack()), ``go`` (receive() + ack() in the kafka-mq-go format),
-``worker`` (a Worker with 1 thread and a handler that returns at once, as the worker bench's 1-thread row).
+``worker`` (a Worker with 1 thread and a handler that returns at once, as the worker bench's 1-thread row),
+``share`` (the baseline: Kafka's ShareConsumer, explicit ACCEPT per record and one ``commit_sync`` per poll, as
+the bench's).
 
 Run it under py-spy for every thread's share of the GIL (``py-spy record --gil --format raw -o out.txt -- python -m
 tests.bench.profile_consumer one``), then ``python -m tests.bench.profile_consumer top out.txt`` for the
 functions by self and total samples. Prints msgs/s from the first message to the last, CPU µs per message, and each
 thread's own CPU µs per message (from ``/proc/self/task``): when two Python threads contend for the GIL, py-spy
-gives the one that waits some of the other's time, and only each thread's own CPU splits the cost truly.
+gives the one that waits some of the other's time, and only each thread's own CPU splits the cost truly. Then the
+machine's: every process's CPU µs per message over the same window (the broker, this process, the tracker), and how
+busy the machine was; it tells a process bound by its one GIL (near 100% of a core, the machine not full) from a
+machine out of cores.
 ``PROFILE_CONSUMER_KAFKA="fetch.queue.backoff.ms=1000"``: librdkafka settings for the consumer (``consumer_kafka``);
 ``PROFILE_CONSUMER_CONFIG="start_pipeline_depth=6,max_in_flight=4000"``: integer fields of its kmq Config.
 ``PROFILE_CONSUMER_SWITCH_S=0.0005``: the interpreter's switch interval (how long a thread waiting for the GIL waits
@@ -62,7 +67,63 @@ class ThreadCpu:
         return "\n".join(f"  {1e6 * s / n:6.2f} µs  {name}" for name, s in rows if s > 0)
 
 
+class MachineCpu:
+    """Every process's CPU seconds between ``begin`` and ``end`` (Linux ``/proc``), by role, and the machine's."""
+
+    def __init__(self) -> None:
+        self._first: tuple[dict[int, tuple[float, str]], float, float] = ({}, 0.0, 0.0)
+        self._last = self._first
+
+    @staticmethod
+    def _now() -> tuple[dict[int, tuple[float, str]], float, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        processes: dict[int, tuple[float, str]] = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                with open(f"/proc/{pid}/cmdline") as f:
+                    command = f.read().replace("\0", " ")
+            except OSError:  # the process ended meanwhile
+                continue
+            processes[int(pid)] = ((int(fields[11]) + int(fields[12])) / tick, command)
+        with open("/proc/stat") as f:
+            jiffies = [int(x) for x in f.readline().split()[1:]]
+        busy = (sum(jiffies) - jiffies[3] - jiffies[4]) / tick  # all but idle and iowait
+        return processes, busy, time.monotonic()
+
+    def begin(self) -> None:
+        self._first = self._now()
+
+    def end(self) -> None:
+        self._last = self._now()
+
+    @staticmethod
+    def _role(pid: int, command: str) -> str:
+        if "java" in command and "kafka" in command:
+            return "broker"
+        if pid == os.getpid():
+            return "this process"
+        if "kmq.redelivery" in command:
+            return "tracker"
+        return "others"
+
+    def report(self, n: int) -> str:
+        (first, busy_first, at_first), (last, busy_last, at_last) = self._first, self._last
+        window = max(at_last - at_first, 1e-9)
+        spent: collections.Counter[str] = collections.Counter()
+        for pid, (seconds, command) in last.items():
+            if pid in first and seconds > first[pid][0]:
+                spent[self._role(pid, command)] += seconds - first[pid][0]
+        busy = busy_last - busy_first
+        rows = [f"  {1e6 * s / n:6.2f} µs  {100 * s / window:5.1f}% of a core  {role}"
+                for role, s in spent.most_common()]
+        return "\n".join([f"the machine's CPU per message: {1e6 * busy / n:.2f} µs, busy {100 * busy / window:.0f}% "
+                          f"of {100 * (os.cpu_count() or 1)}%", *rows])
+
+
 CPU = ThreadCpu()
+MACHINE = MachineCpu()
 
 
 def _pairs(variable: str) -> dict[str, str]:
@@ -76,6 +137,8 @@ def consume(mode: str, n: int) -> tuple[float, float]:
     logs.configure("error")
     if os.environ.get("PROFILE_CONSUMER_SWITCH_S"):
         sys.setswitchinterval(float(os.environ["PROFILE_CONSUMER_SWITCH_S"]))
+    if mode == "share":
+        return _share(n)
     base = w.group("prof")
     config = Config(bootstrap_servers=os.environ["KMQ_BOOTSTRAP_SERVERS"], message_topic=f"{base}.m",
                     marker_topic=f"{base}.mk", marker_format="kafka-mq-go" if mode == "go" else "kmq",
@@ -108,9 +171,11 @@ def consume(mode: str, n: int) -> tuple[float, float]:
             if first is None:
                 first, cpu_first = time.perf_counter(), time.process_time()
                 CPU.begin()
+                MACHINE.begin()
             done += got
         assert consumer.flush(30) == 0
         CPU.end()
+        MACHINE.end()
         rate = n / (time.perf_counter() - (first or 0))
         cpu_us = (time.process_time() - cpu_first) / n * 1e6
         consumer.close()
@@ -128,13 +193,53 @@ def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
         time.sleep(0.0005)
     first, cpu_first, done_first = time.perf_counter(), time.process_time(), worker.counts["acked"]
     CPU.begin()
+    MACHINE.begin()
     while worker.counts["acked"] < n:
         time.sleep(0.002)
     CPU.end()
+    MACHINE.end()
     rate = (n - done_first) / (time.perf_counter() - first)
     cpu_us = (time.process_time() - cpu_first) / (n - done_first) * 1e6
     worker.stop()
     runner.join(30)
+    return rate, cpu_us
+
+
+def _share(n: int) -> tuple[float, float]:
+    """The bench's baseline, in this process: a ShareConsumer reading ``n`` records of 256 B (6 partitions)."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    bootstrap = os.environ["KMQ_BOOTSTRAP_SERVERS"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic, group = w.group("prof-share"), w.group("prof-share")
+    admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
+    earliest = ConfigResource("group", group, incremental_configs=[  # a share group starts at "latest" otherwise
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([earliest]).values():
+        future.result(30)
+    w.raw_produce(bootstrap, topic, n, 256)
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                              "share.acknowledgement.mode": "explicit", "log_level": 3})
+    consumer.subscribe([topic])
+    done, first, cpu_first = 0, None, 0.0
+    while done < n:
+        good = [m for m in consumer.poll(0.2) or [] if m.error() is None]
+        if not good:
+            continue
+        if first is None:
+            first, cpu_first = time.perf_counter(), time.process_time()
+            CPU.begin()
+            MACHINE.begin()
+        for msg in good:
+            consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
+        consumer.commit_sync()
+        done += len(good)
+    CPU.end()
+    MACHINE.end()
+    rate = n / (time.perf_counter() - (first or 0))
+    cpu_us = (time.process_time() - cpu_first) / n * 1e6
+    consumer.close()
     return rate, cpu_us
 
 
@@ -171,4 +276,4 @@ if __name__ == "__main__":
         rate, cpu_us = consume(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)
         n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
         print(f"{sys.argv[1]}: {rate:,.0f} msgs/s, {cpu_us:.2f} CPU µs per message (all threads)\n"
-              f"each thread's CPU per message (user + system):\n{CPU.report(n)}")
+              f"each thread's CPU per message (user + system):\n{CPU.report(n)}\n{MACHINE.report(n)}")

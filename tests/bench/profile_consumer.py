@@ -150,7 +150,7 @@ def consume(mode: str, n: int) -> tuple[float, float]:
         consumer = Service(config).queue(queue).consumer()
         if os.environ.get("PROFILE_CONSUMER_GC") != "default":
             tune_gc()
-        done, first, cpu_first = 0, None, 0.0
+        done, first = 0, None
         while done < n:
             if mode in ("one", "go"):
                 msg = consumer.receive(0.2)
@@ -169,17 +169,27 @@ def consume(mode: str, n: int) -> tuple[float, float]:
                         msg.ack()
                 got = len(batch)
             if first is None:
-                first, cpu_first = time.perf_counter(), time.process_time()
-                CPU.begin()
-                MACHINE.begin()
+                first = _begin()
             done += got
         assert consumer.flush(30) == 0
-        CPU.end()
-        MACHINE.end()
-        rate = n / (time.perf_counter() - (first or 0))
-        cpu_us = (time.process_time() - cpu_first) / n * 1e6
+        measured = _end(n, first or (0.0, 0.0))
         consumer.close()
-        return rate, cpu_us
+        return measured
+
+
+def _begin() -> tuple[float, float]:
+    """Opens the measured window at the first message: the wall clock and the process's CPU clock, and every
+    thread's and process's CPU."""
+    CPU.begin()
+    MACHINE.begin()
+    return time.perf_counter(), time.process_time()
+
+
+def _end(n: int, first: tuple[float, float]) -> tuple[float, float]:
+    """Closes the window ``_begin`` opened: msgs/s over it and the process's CPU µs per message."""
+    CPU.end()
+    MACHINE.end()
+    return n / (time.perf_counter() - first[0]), (time.process_time() - first[1]) / n * 1e6
 
 
 def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
@@ -222,25 +232,20 @@ def _share(n: int) -> tuple[float, float]:
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                               "share.acknowledgement.mode": "explicit", "log_level": 3})
     consumer.subscribe([topic])
-    done, first, cpu_first = 0, None, 0.0
+    done, first = 0, None
     while done < n:
         good = [m for m in consumer.poll(0.2) or [] if m.error() is None]
         if not good:
             continue
         if first is None:
-            first, cpu_first = time.perf_counter(), time.process_time()
-            CPU.begin()
-            MACHINE.begin()
+            first = _begin()
         for msg in good:
             consumer.acknowledge(msg, AcknowledgeType.ACCEPT)
         consumer.commit_sync()
         done += len(good)
-    CPU.end()
-    MACHINE.end()
-    rate = n / (time.perf_counter() - (first or 0))
-    cpu_us = (time.process_time() - cpu_first) / n * 1e6
+    measured = _end(n, first or (0.0, 0.0))
     consumer.close()
-    return rate, cpu_us
+    return measured
 
 
 def top(path: str, lines: int = 25) -> None:

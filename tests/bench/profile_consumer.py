@@ -33,6 +33,11 @@ from kmq import Config, Service, logs, tune_gc
 from tests.bench import workloads as w
 
 
+def _cpu_s(stat_fields: list[str], tick: int) -> float:
+    """CPU seconds (user + system) from a ``/proc/.../stat`` line's fields after the command's closing parenthesis."""
+    return (int(stat_fields[11]) + int(stat_fields[12])) / tick
+
+
 class ThreadCpu:
     """Each thread's CPU seconds (user + system) between ``begin`` and ``end``, by thread name (Linux)."""
 
@@ -53,7 +58,7 @@ class ThreadCpu:
                     fields = f.read().rpartition(")")[2].split()
             except OSError:  # the thread ended meanwhile
                 continue
-            seconds[name] += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            seconds[name] += _cpu_s(fields, tick)
         return seconds
 
     def begin(self) -> None:
@@ -86,7 +91,7 @@ class MachineCpu:
                     command = f.read().replace("\0", " ")
             except OSError:  # the process ended meanwhile
                 continue
-            processes[int(pid)] = ((int(fields[11]) + int(fields[12])) / tick, command)
+            processes[int(pid)] = (_cpu_s(fields, tick), command)
         with open("/proc/stat") as f:
             jiffies = [int(x) for x in f.readline().split()[1:]]
         busy = (sum(jiffies) - jiffies[3] - jiffies[4]) / tick  # all but idle and iowait
@@ -201,37 +206,27 @@ def _worker(config: Config, queue: str, n: int) -> tuple[float, float]:
     runner.start()
     while not worker.counts["acked"]:
         time.sleep(0.0005)
-    first, cpu_first, done_first = time.perf_counter(), time.process_time(), worker.counts["acked"]
-    CPU.begin()
-    MACHINE.begin()
+    done_first, first = worker.counts["acked"], _begin()
     while worker.counts["acked"] < n:
         time.sleep(0.002)
-    CPU.end()
-    MACHINE.end()
-    rate = (n - done_first) / (time.perf_counter() - first)
-    cpu_us = (time.process_time() - cpu_first) / (n - done_first) * 1e6
+    measured = _end(n - done_first, first)
     worker.stop()
     runner.join(30)
-    return rate, cpu_us
+    return measured
 
 
 def _share(n: int) -> tuple[float, float]:
     """The bench's baseline, in this process: a ShareConsumer reading ``n`` records of 256 B (6 partitions)."""
-    from confluent_kafka import AcknowledgeType, ShareConsumer
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+    from confluent_kafka import AcknowledgeType
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     bootstrap = os.environ["KMQ_BOOTSTRAP_SERVERS"]
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic, group = w.group("prof-share"), w.group("prof-share")
+    topic = w.group("prof-share")
     admin.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
-    earliest = ConfigResource("group", group, incremental_configs=[  # a share group starts at "latest" otherwise
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    for future in admin.incremental_alter_configs([earliest]).values():
-        future.result(30)
+    group = w.share_group_from_earliest(admin)
     w.raw_produce(bootstrap, topic, n, 256)
-    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                              "share.acknowledgement.mode": "explicit", "log_level": 3})
-    consumer.subscribe([topic])
+    consumer = w.share_consumer(bootstrap, topic, group)
     done, first = 0, None
     while done < n:
         good = [m for m in consumer.poll(0.2) or [] if m.error() is None]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer as RawProducer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kmq import Config, Service, logs
 from kmq._kafka.topics import create_topics
@@ -169,13 +169,9 @@ def _raw_rate(bootstrap: str, admin: AdminClient, procs: int) -> float:
 
 
 def _share_rate(bootstrap: str, admin: AdminClient, procs: int) -> float:
-    """A share group starts at "latest" unless told otherwise before the first member joins."""
+    """The ShareConsumer's rate in ``procs`` processes, on a topic of its own."""
     topic = raw_topic(admin)
-    share_group = w.group("share")
-    resource = ConfigResource("group", share_group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
+    share_group = w.share_group_from_earliest(admin)
     w.raw_produce(bootstrap, topic, N_E2E, 256)
     rate, _ = w.run_consumers(w._share_consume, (bootstrap, topic, share_group), N_E2E, procs, timeout_s=180)
     return rate

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kmq import Config, logs
 from kmq._kafka.topics import create_topics
@@ -83,11 +83,7 @@ def consume_cases(bootstrap: str, admin: AdminClient) -> list[Case]:
 
 def _share_rate(bootstrap: str, admin: AdminClient) -> float:
     topic = replicated_topic(admin)
-    share_group = w.group("share")
-    resource = ConfigResource("group", share_group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(30)
+    share_group = w.share_group_from_earliest(admin)
     w.raw_produce(bootstrap, topic, N_E2E, 256)
     rate, _ = w.run_consumers(w._share_consume, (bootstrap, topic, share_group), N_E2E, 1, timeout_s=180)
     return rate

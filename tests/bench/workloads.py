@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer as RawConsumer
 from confluent_kafka import KafkaException
 from confluent_kafka import Producer as RawProducer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from kmq import Config, Service, logs, tune_gc
 from kmq._kafka.topics import create_topics
@@ -165,13 +166,32 @@ def _report(out: Any, first_at: float | None, latencies: list[float]) -> None:
     os._exit(0)
 
 
-def _share_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
-    """Kafka's own queues (KIP-932): explicit ACCEPT per record, one commit_sync per poll batch."""
-    from confluent_kafka import AcknowledgeType, ShareConsumer
+def share_group_from_earliest(admin: AdminClient) -> str:
+    """A new share group's name, set to read from the earliest offset: a share group starts at "latest" unless told
+    otherwise before its first member joins."""
+    name = group("share")
+    resource = ConfigResource("group", name, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+    return name
+
+
+def share_consumer(bootstrap: str, topic: str, group: str) -> Any:
+    """The baseline's consumer: a ShareConsumer subscribed to ``topic``, acknowledging explicitly."""
+    from confluent_kafka import ShareConsumer
 
     consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                               "share.acknowledgement.mode": "explicit"})
     consumer.subscribe([topic])
+    return consumer
+
+
+def _share_consume(bootstrap: str, topic: str, group: str, total: Any, n: int, go: Any, out: Any) -> None:
+    """Kafka's own queues (KIP-932): explicit ACCEPT per record, one commit_sync per poll batch."""
+    from confluent_kafka import AcknowledgeType
+
+    consumer = share_consumer(bootstrap, topic, group)
     set_up_done(go)
     first_at = None
     while total.value < n:

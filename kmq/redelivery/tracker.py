@@ -46,6 +46,9 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 #: The longest the loop sleeps when nothing at all is pending (no deadline, no redelivery, no partition rebuilding):
 #: an idle tracker wakes twice a second, not twenty times.
 IDLE_POLL_S = 0.5
+#: How often the loop looks for answers while a read-back or a write of a redelivery is on its way: they come on other
+#: threads and only the loop moves them on, so the idle wait would add up to IDLE_POLL_S to a redelivery's lag.
+ANSWER_POLL_S = 0.005
 #: After SIGTERM: time to finish redeliveries under way, write their Ends, commit and leave, even with the broker
 #: down (what is unfinished then is redelivered by the next owner).
 SHUTDOWN_S = 10.0
@@ -172,12 +175,15 @@ class RedeliveryTracker:
         self._exit_if_out_of_work()
 
     def _wait_s(self) -> float:
-        """Until the next deadline that can fire; POLL_S while work is under way; IDLE_POLL_S when nothing is."""
+        """ANSWER_POLL_S while a redelivery waits for its record read back or its copy or End written; else until the
+        next deadline that can fire; POLL_S while other work is under way; IDLE_POLL_S when nothing is."""
+        redeliverer = self._redeliverer
+        if redeliverer.reading or redeliverer.outstanding:
+            return ANSWER_POLL_S
         wait_s = self._expiry.wait_s()
         if wait_s is not None:
             return wait_s
-        busy = (self._redeliverer.outstanding or self._redeliverer.copies_awaiting_end or self._gc.paused
-                or self._expiry.probing or not self._owned.all_caught_up())
+        busy = (redeliverer.unfinished or self._gc.paused or self._expiry.probing or not self._owned.all_caught_up())
         return POLL_S if busy else IDLE_POLL_S
 
     # 2. the catch-up gate

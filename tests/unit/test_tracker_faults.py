@@ -15,7 +15,7 @@ from kmq._kafka.group_view import GroupView
 from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.redelivery.expiry import POLL_S
-from kmq.redelivery.tracker import RedeliveryTracker
+from kmq.redelivery.tracker import ANSWER_POLL_S, RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles, encode_starts
 from tests.markers_io import wait_for
@@ -68,6 +68,37 @@ def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_en
     idle = waits.since(idle_from)
     assert idle and min(idle) >= POLL_S, f"{sum(t < 0.001 for t in idle)} of {len(idle)} polls did not wait"
     assert not clients.produced("m"), "nothing acknowledged is redelivered"
+
+
+def test_a_redelivery_whose_record_is_being_read_back_is_looked_at_often_not_at_the_idle_pace() -> None:
+    # Given a Start by reference with a 300 ms deadline, whose record is read back slowly (200 ms)
+    group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
+    clients = FakeClients(group)
+    clients.reading.records = {0: [Record("m", 0, 0, b"q", b"payload")]}
+    reads: list[tuple[float, float]] = []
+    read = clients.reading.consume
+
+    def slow_read(num_messages: int = 1, timeout: float = -1) -> list[Record]:
+        began = time.monotonic()
+        time.sleep(0.2)
+        records = read(num_messages, timeout)
+        reads.append((began, time.monotonic()))
+        return records
+
+    clients.reading.consume = slow_read  # type: ignore[method-assign]
+    waits = WaitLog(group)
+    group.rebalance("assign", [0])
+    with running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)) as tracker:
+        assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
+        group.feed([Record("mk", 0, 0, b"q", encode_starts(b"q", 300, [], refs=[FakeStart(MessageId(0, 0), b"")]),
+                           timestamp_ms=wire.now_ms())])
+        # When its deadline passes and its record is being read back
+        assert wait_for(lambda: bool(clients.produced("m")))
+    # Then the loop looked for the answer every ANSWER_POLL_S meanwhile (the reader's answer waited for the idle
+    # wait, up to 500 ms, and a burst of 10,000 redeliveries took a second)
+    began, answered = reads[0]
+    while_reading = [timeout for at, timeout in waits.calls if began <= at <= answered]
+    assert while_reading and max(while_reading) <= ANSWER_POLL_S, while_reading
 
 
 def _view(members: set[str], served: set[int]) -> GroupView:

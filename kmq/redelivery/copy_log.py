@@ -7,9 +7,12 @@ still gets a debug line; metrics count every copy; ``kmq inspect`` tells one mes
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import structlog
+
+from kmq.wire import MessageId
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 
@@ -30,23 +33,28 @@ class CopyLog:
 
     def __init__(self) -> None:
         self._tallies: dict[tuple[str, str], _Tally] = {}
+        #: Whether the per-message debug lines are logged: asked once per poll, since formatting two ids for a line
+        #: that is dropped cost more than the rest of the tally.
+        self._debug = log.is_enabled_for(logging.DEBUG)
 
-    def add(self, event: str, queue: str, message_id: str, first_message_id: str, delivery_count: int,
+    def add(self, event: str, queue: str, message_id: MessageId, first_message_id: MessageId, delivery_count: int,
             lag_ms: int | None) -> None:
         """``event`` is ``redelivered`` or ``dead_lettered``; ``lag_ms`` how long after its deadline."""
-        log.debug(event, queue=queue, message_id=message_id, first_message_id=first_message_id,
-                  delivery_count=delivery_count, lag_ms=lag_ms)
+        if self._debug:
+            log.debug(event, queue=queue, message_id=str(message_id), first_message_id=str(first_message_id),
+                      delivery_count=delivery_count, lag_ms=lag_ms)
         tally = self._tallies.get((event, queue))
         if tally is None:
             tally = self._tallies[(event, queue)] = _Tally()
         tally.count += 1
         if len(tally.message_ids) < EXAMPLES:
-            tally.message_ids.append(message_id)
+            tally.message_ids.append(str(message_id))
         if lag_ms is not None and (tally.max_lag_ms is None or lag_ms > tally.max_lag_ms):
             tally.max_lag_ms = lag_ms
 
     def flush(self) -> None:
         """One info line per event and queue since the last flush."""
+        self._debug = log.is_enabled_for(logging.DEBUG)
         if not self._tallies:
             return
         tallies, self._tallies = self._tallies, {}

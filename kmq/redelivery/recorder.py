@@ -37,7 +37,7 @@ class RedeliveryRecorder:
             counter.inc()
         if lag_s is not None:
             self._metrics.redelivery_lag.observe(lag_s)
-        self.copy_log.add(event, queue, str(item.message_id), str(item.first_id), attempt.delivery_count,
+        self.copy_log.add(event, queue, item.message_id, item.first_id, attempt.delivery_count,
                           None if lag_s is None else round(lag_s * 1000))
 
     def _lag_s(self, attempt: Attempt) -> float | None:

@@ -218,14 +218,16 @@ class Redeliverer:
     def _produce(self, producer: MarkerProducer, topic: str, value: bytes, key: bytes, attempts: list[Attempt],
                  headers: Any = None) -> None:
         self.outstanding += 1
-        self._writes.update(a.partition for a in attempts)
+        writes = self._writes
+        for attempt in attempts:  # (Counter.update/subtract check for a Mapping first: a third of a copy's cost)
+            writes[attempt.partition] += 1
         try:
             producer.produce(topic, value, key, headers,
                              on_done=lambda err, _rec: self._completions.put((attempts, _err_text(err))))
         except Exception as err:  # noqa: BLE001 - retried like a failed delivery
             self.outstanding -= 1
-            self._writes.subtract(a.partition for a in attempts)
             for attempt in attempts:
+                writes[attempt.partition] -= 1
                 self._retry(attempt, str(err))
 
     def _finish_completions(self) -> None:
@@ -235,8 +237,8 @@ class Redeliverer:
             except stdqueue.Empty:
                 return
             self.outstanding -= 1
-            self._writes.subtract(a.partition for a in attempts)
             for attempt in attempts:
+                self._writes[attempt.partition] -= 1
                 if error is not None:
                     self._retry(attempt, error)
                 elif attempt.step is Step.COPY:

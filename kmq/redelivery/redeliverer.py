@@ -101,6 +101,8 @@ class Redeliverer:
         self._writes: Counter[int] = Counter()
         #: Records asked of the reader and not answered.
         self.reading = 0
+        #: When a read or a write was last asked for or answered (monotonic seconds).
+        self.moved_at = 0.0
 
     @property
     def unfinished(self) -> int:
@@ -140,6 +142,7 @@ class Redeliverer:
             self._retry(attempt, "no reader for Starts by reference")
             return
         self.reading += 1
+        self.moved_at = self._monotonic()
         self._reader.request(attempt.item.message_id, attempt.item.key, attempt)
 
     def read_done(self, token: object, outcome: Outcome) -> None:
@@ -153,6 +156,7 @@ class Redeliverer:
             except stdqueue.Empty:
                 return
             self.reading -= 1
+            self.moved_at = self._monotonic()
             if not owned(attempt.partition, attempt.holding):
                 continue  # revoked or lost: its next holder replays the Start and redelivers it
             if isinstance(outcome, Failed):
@@ -218,6 +222,7 @@ class Redeliverer:
     def _produce(self, producer: MarkerProducer, topic: str, value: bytes, key: bytes, attempts: list[Attempt],
                  headers: Any = None) -> None:
         self.outstanding += 1
+        self.moved_at = self._monotonic()
         writes = self._writes
         for attempt in attempts:  # (Counter.update/subtract check for a Mapping first: a third of a copy's cost)
             writes[attempt.partition] += 1
@@ -237,6 +242,7 @@ class Redeliverer:
             except stdqueue.Empty:
                 return
             self.outstanding -= 1
+            self.moved_at = self._monotonic()
             for attempt in attempts:
                 self._writes[attempt.partition] -= 1
                 if error is not None:

@@ -47,8 +47,11 @@ log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
 #: an idle tracker wakes twice a second, not twenty times.
 IDLE_POLL_S = 0.5
 #: How often the loop looks for answers while a read-back or a write of a redelivery is on its way: they come on other
-#: threads and only the loop moves them on, so the idle wait would add up to IDLE_POLL_S to a redelivery's lag.
+#: threads and only the loop moves them on, so the idle wait would add up to IDLE_POLL_S to a redelivery's lag. Only
+#: while answers keep coming (the last one, or the last request, within ANSWER_FAST_S): a broker gone mid-redelivery
+#: leaves them unanswered for minutes, and the loop is not spun on them.
 ANSWER_POLL_S = 0.005
+ANSWER_FAST_S = 0.5
 #: After SIGTERM: time to finish redeliveries under way, write their Ends, commit and leave, even with the broker
 #: down (what is unfinished then is redelivered by the next owner).
 SHUTDOWN_S = 10.0
@@ -175,10 +178,12 @@ class RedeliveryTracker:
         self._exit_if_out_of_work()
 
     def _wait_s(self) -> float:
-        """ANSWER_POLL_S while a redelivery waits for its record read back or its copy or End written; else until the
-        next deadline that can fire; POLL_S while other work is under way; IDLE_POLL_S when nothing is."""
+        """ANSWER_POLL_S while a redelivery waits for its record read back or its copy or End written (and answers
+        keep coming); else until the next deadline that can fire; POLL_S while other work is under way (unanswered
+        reads and writes too); IDLE_POLL_S when nothing is."""
         redeliverer = self._redeliverer
-        if redeliverer.reading or redeliverer.outstanding:
+        if ((redeliverer.reading or redeliverer.outstanding)
+                and self._monotonic() - redeliverer.moved_at < ANSWER_FAST_S):
             return ANSWER_POLL_S
         wait_s = self._expiry.wait_s()
         if wait_s is not None:

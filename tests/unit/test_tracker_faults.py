@@ -15,7 +15,7 @@ from kmq._kafka.group_view import GroupView
 from kmq.config import Config
 from kmq.errors import KmqError
 from kmq.redelivery.expiry import POLL_S
-from kmq.redelivery.tracker import ANSWER_POLL_S, RedeliveryTracker
+from kmq.redelivery.tracker import ANSWER_FAST_S, ANSWER_POLL_S, RedeliveryTracker
 from kmq.wire import MessageId
 from kmq.wire.marker_batch import encode_settles, encode_starts
 from tests.markers_io import wait_for
@@ -71,7 +71,7 @@ def test_an_idle_tracker_blocks_in_its_poll_once_every_start_by_reference_has_en
 
 
 def test_a_redelivery_whose_record_is_being_read_back_is_looked_at_often_not_at_the_idle_pace() -> None:
-    # Given a Start by reference with a 300 ms deadline, whose record is read back slowly (200 ms)
+    # Given a Start by reference with a 300 ms deadline, whose record is read back slowly (100 ms)
     group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
     clients = FakeClients(group)
     clients.reading.records = {0: [Record("m", 0, 0, b"q", b"payload")]}
@@ -80,7 +80,7 @@ def test_a_redelivery_whose_record_is_being_read_back_is_looked_at_often_not_at_
 
     def slow_read(num_messages: int = 1, timeout: float = -1) -> list[Record]:
         began = time.monotonic()
-        time.sleep(0.2)
+        time.sleep(0.1)
         records = read(num_messages, timeout)
         reads.append((began, time.monotonic()))
         return records
@@ -99,6 +99,28 @@ def test_a_redelivery_whose_record_is_being_read_back_is_looked_at_often_not_at_
     began, answered = reads[0]
     while_reading = [timeout for at, timeout in waits.calls if began <= at <= answered]
     assert while_reading and max(while_reading) <= ANSWER_POLL_S, while_reading
+
+
+def test_a_tracker_whose_copies_go_unanswered_is_not_spun_on_them() -> None:
+    # Given a tracker whose copies get no delivery report (the broker gone in the middle of a redelivery)
+    group = FakeGroupClient("mk", partitions=1, end_offsets={0: 0})
+    clients = FakeClients(group)
+    waits = WaitLog(group)
+    group.rebalance("assign", [0])
+    with running(RedeliveryTracker(_config(), clients=clients, stop_timeout_s=1.0)) as tracker:
+        assert wait_for(lambda: bool(tracker.partitions) and tracker.partitions[0].caught_up)
+        clients.producers[0].broker_gone = True  # the sender
+        group.feed([Record("mk", 0, 0, b"q", encode_starts(b"q", 300, [FakeStart(MessageId(0, i), b"x")
+                                                                          for i in range(10)]),
+                           timestamp_ms=wire.now_ms())])
+        # When its copies were written and a while passed with no answer
+        assert wait_for(lambda: len(clients.produced("m")) == 10)
+        time.sleep(2 * ANSWER_FAST_S)
+        unanswered_from = time.monotonic()
+        time.sleep(0.5)
+    # Then the loop waits POLL_S between looks, as with any work under way, not ANSWER_POLL_S
+    unanswered = waits.since(unanswered_from)
+    assert unanswered and min(unanswered) >= POLL_S, unanswered
 
 
 def _view(members: set[str], served: set[int]) -> GroupView:

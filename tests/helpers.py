@@ -88,9 +88,11 @@ def receive_expecting(consumer: Consumer, count: int, timeout_s: float = 30.0, l
     return got + receive_n(consumer, 1_000_000, linger_s) if len(got) == count else got
 
 
-def members_holding_partitions(admin: AdminClient, group: str) -> int:
-    """How many members of ``group`` hold at least one partition now; none while the group's coordinator is not
-    serving yet (a broker started a moment ago answers NOT_COORDINATOR)."""
+def members_holding_partitions(admin: AdminClient, group: str, topic: str | None = None) -> int:
+    """How many members of ``group`` hold at least one partition (of ``topic``, if given) now; none while the
+    group's coordinator is not serving yet (a broker started a moment ago answers NOT_COORDINATOR). Trackers of
+    every markers topic share one group: a member left from an earlier tracker holds its own topic's partitions,
+    not the new one's."""
     try:
         description = admin.describe_consumer_groups([group])[group].result(timeout=10)
     except TimeoutError:  # a loaded or fresh broker slow to answer: the caller's wait asks again
@@ -99,7 +101,8 @@ def members_holding_partitions(admin: AdminClient, group: str) -> int:
         if exc.args[0].code() in LEADERSHIP_MOVING:
             return 0
         raise
-    return sum(1 for member in description.members if member.assignment.topic_partitions)
+    return sum(1 for member in description.members
+               if any(topic is None or tp.topic == topic for tp in member.assignment.topic_partitions))
 
 
 def free_port() -> int:

@@ -87,7 +87,8 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen([sys.executable, "-m", "kmq.redelivery"], cwd=ROOT, env=env_for(config),
                                 stdout=subprocess.DEVNULL, stderr=log, preexec_fn=die_with_parent)
     admin = AdminClient({"bootstrap.servers": config.bootstrap_servers})
-    if not wait_for(lambda: members_holding_partitions(admin, config.tracker_group) > 0, timeout_s=60):
+    if not wait_for(lambda: members_holding_partitions(admin, config.tracker_group, config.marker_topic) > 0,
+                    timeout_s=60):
         proc.kill()
         raise TimeoutError(f"the tracker got no markers partition within 60 s (group {config.tracker_group!r})")
     return proc

@@ -59,7 +59,7 @@ def tracker(config: Config) -> subprocess.Popen[bytes]:
             log.seek(0)
             raise RuntimeError(f"the tracker exited {proc.returncode}: {log.read().decode()[-2000:]}")
         try:
-            return members_holding_partitions(admin, config.tracker_group) > 0
+            return members_holding_partitions(admin, config.tracker_group, config.marker_topic) > 0
         except TimeoutError:
             return False
 

@@ -4,7 +4,8 @@ own, with a tracker running.
 
 Per batch: (a) Start produce → the last delivery report, (b) the commit round trip, (c) hand-out → the
 application's last settle of the batch. And the loop thread's time by what it did: fetching, Starting (records →
-messages → Start records), waiting for Starts with batches in flight, committing, handing out, waiting for room.
+messages → Start records), waiting for Starts with batches in flight, committing, handing out, waiting for room;
+and how long the receiving thread waited for a batch to be handed out (it is idle then: the loop is the bound).
 The stamps are wrappers put around the consumer's parts from here: no timing code in the consumer.
 """
 
@@ -130,6 +131,7 @@ def install() -> None:
     sp.StartBatch = type("StartBatch", (), {"__init__": _batch_init})  # type: ignore[misc]  # no slots: stamps
     sp._wait_done = _timed("wait_starts", sp._wait_done)
     hand_out_module.HandOut.wait_for_room = _timed("wait_room", hand_out_module.HandOut.wait_for_room)
+    hand_out_module.HandOut.wait = _timed("receiver_wait", hand_out_module.HandOut.wait)  # the receiving thread
     poll_loop_module.PollLoop._poll_once = _timed("loop", poll_loop_module.PollLoop._poll_once)
     from kmq.client.consumer import intake
     intake.Intake.fetch = _timed("fetch", intake.Intake.fetch)
@@ -219,6 +221,8 @@ def report(mode: str, n: int, seconds: float, first: float) -> None:
     for name in ("loop", "fetch", "start", "wait_starts", "commit", "hand_out", "wait_room"):
         print(f"    {name:12s} {S.loop_s[name]:6.2f}  {100 * S.loop_s[name] / seconds:5.1f}%")
     print(f"    {'other':12s} {S.loop_s['loop'] - inner:6.2f}  {100 * (S.loop_s['loop'] - inner) / seconds:5.1f}%")
+    waited = S.loop_s["receiver_wait"]
+    print(f"  the receiving thread waited for a hand-out {waited:.2f} s ({100 * waited / seconds:.1f}% of the run)")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ N_LATENCY, RATE = (3_000, 1_000) if QUICK else (10_000, 2_000)
 #: first ~190 messages, each later than the next).
 WARM_UP = RATE
 N_REDELIVER = 2_000 if QUICK else 10_000
+#: Rounds of the redelivery row, which reports the round with the median p99: one round's p99 ranged 185-446 ms
+#: between runs of one tree (issue #37, sixth step), so a single round told little against its 250 ms target.
+REDELIVERY_ROUNDS = 1 if QUICK else 3
 N_DELAYED = 2_000 if QUICK else 10_000
 REBUILD_SIZES = (100_000,) if QUICK else (100_000, 1_000_000)
 MANY_QUEUES = (1, 10) if QUICK else (1, 10, 100)
@@ -212,6 +215,20 @@ def _tail(ms: list[float]) -> dict[str, float]:
 
 
 def redelivery_case(bootstrap: str) -> Case:
+    """A mass expiry: a consumer takes 10,000 Starts by reference and dies; each copy's lag behind its deadline. The
+    round with the median p99 of ``REDELIVERY_ROUNDS``, every round's p99 in the note."""
+    rounds = sorted((_redelivery_round(bootstrap) for _ in range(REDELIVERY_ROUNDS)),
+                    key=lambda r: r[0].get("p99", 0.0))
+    pcts, copies = rounds[len(rounds) // 2]
+    p99s = ", ".join(f"{r.get('p99', 0.0):.0f}" for r, _ in rounds)
+    return Case("redelivery lag p99 (deadline → copy on messages topic)", "ms", pcts.get("p99"), None, "-",
+                {"messages": copies, "redelivery_timeout_ms": 2000, "partitions": PARTITIONS, "rounds": len(rounds)},
+                extra={"ours_percentiles": pcts, "rounds_p99_ms": [r.get("p99") for r, _ in rounds]},
+                note=f"target p99 <= 250 ms; the median of {len(rounds)} rounds' p99s ({p99s} ms)")
+
+
+def _redelivery_round(bootstrap: str) -> tuple[dict[str, float], int]:
+    """One mass expiry: the percentiles of its copies' lags, and how many copies came."""
     config = fresh(bootstrap, "redeliver", redelivery_timeout_ms=2000, max_in_flight=N_REDELIVER * 2,
                    receive_buffer_capacity=N_REDELIVER * 2)
     queue = w.group("redeliver")
@@ -232,10 +249,7 @@ def redelivery_case(bootstrap: str) -> Case:
                 deadlines[str(marker.message_id)] = record.timestamp()[1] + marker.redeliver_after_ms
     lags = [max(0, r.timestamp()[1] - deadlines[dict(r.headers())["kmq-first-message-id"].decode()])
             for r in copies if _is_copy(r)]
-    pcts = percentiles([float(x) for x in lags])
-    return Case("redelivery lag p99 (deadline → copy on messages topic)", "ms", pcts.get("p99"), None, "-",
-                {"messages": len(lags), "redelivery_timeout_ms": 2000, "partitions": PARTITIONS},
-                extra={"ours_percentiles": pcts}, note="target p99 <= 250 ms")
+    return percentiles([float(x) for x in lags]), len(lags)
 
 
 def delayed_case(bootstrap: str) -> Case:

@@ -215,8 +215,8 @@ def _tail(ms: list[float]) -> dict[str, float]:
 
 
 def redelivery_case(bootstrap: str) -> Case:
-    """A mass expiry: a consumer takes 10,000 Starts by reference and dies; each copy's lag behind its deadline. The
-    round with the median p99 of ``REDELIVERY_ROUNDS``, every round's p99 in the note."""
+    """A mass expiry: a consumer takes ``N_REDELIVER`` Starts by reference and dies; each copy's lag behind its
+    deadline. The round with the median p99 of ``REDELIVERY_ROUNDS``, every round's p99 in the note."""
     rounds = sorted((_redelivery_round(bootstrap) for _ in range(REDELIVERY_ROUNDS)),
                     key=lambda r: r[0].get("p99", 0.0))
     pcts, copies = rounds[len(rounds) // 2]

@@ -25,7 +25,7 @@ from kmq.redelivery.offset_pins import OffsetPins
 from kmq.redelivery.ref_store import OFFSET_LIMIT, RefStore, pack, packed_ids, unpack
 from kmq.wire import UNCOUNTED_REASONS, MessageId
 from kmq.wire.marker_batch import DecodedBatch
-from kmq.wire.markers import Headers, Marker, MarkerType, parse_with_id
+from kmq.wire.markers import Headers, Marker, MarkerType, plain_fields
 from kmq.wire.start_refs import RefStarts
 
 _END, _KEEPALIVE = int(MarkerType.END), int(MarkerType.KEEPALIVE)
@@ -74,10 +74,10 @@ class PartitionState:
             self.end((marker.message_id,))
 
     def apply_plain(self, offset: int, timestamp_ms: int, data: bytes | None) -> None:
-        """Folds one per-message marker record (kafka-mq-go's format) straight from its protobuf, without building a
+        """Folds one per-message marker record (kafka-mq-go's format) straight from its fields, without building a
         Marker (the tracker's path, two markers or more per message: ``apply(decode(data))`` costs twice as much);
         MarkerDecodeError if malformed."""
-        msg, kind, mid = parse_with_id(data)
+        kind, mid, after, key, value, headers, count, first, enqueued, reason = plain_fields(data)
         if offset >= self.next_offset:
             self.next_offset = offset + 1
         if kind == _END:
@@ -90,19 +90,16 @@ class PartitionState:
             else:
                 self.pins.remove(known.marker_offset)
         elif kind == _KEEPALIVE:
-            self.keep_alive(timestamp_ms + msg.redeliver_after_ms, (mid,), returned=msg.reason in UNCOUNTED_REASONS)
+            self.keep_alive(timestamp_ms + after, (mid,), returned=reason in UNCOUNTED_REASONS)
         else:
-            deadline = timestamp_ms + msg.redeliver_after_ms
+            deadline = timestamp_ms + after
             if mid in self.copies.in_flight:
                 self.stats[self.copies.restart(mid, deadline)] += 1
             elif self._refs_held and pack(mid) in self.refs:
                 self.stats[self.refs.refresh(pack(mid), deadline)] += 1
             else:
-                first = msg.first_message_id if msg.HasField("first_message_id") else None
-                self.copies.add(InFlight(
-                    mid, msg.key, msg.value, tuple((h.key, h.value) for h in msg.headers) if msg.headers else (),
-                    msg.delivery_count, None if first is None else MessageId(first.partition, first.offset),
-                    msg.enqueued_at_ms, offset, timestamp_ms, deadline))
+                self.copies.add(InFlight(mid, key, value, headers, count, first, enqueued, offset, timestamp_ms,
+                                         deadline))
                 self.pins.add(offset, 1)
 
     def apply_batch(self, offset: int, timestamp_ms: int, batch: DecodedBatch) -> None:

@@ -30,6 +30,7 @@ from kmq.redelivery.clock import Monotonic
 from kmq.redelivery.clock_probe import ClockProbes
 from kmq.redelivery.expiry import POLL_S, Expiry
 from kmq.redelivery.health import TrackerHealth
+from kmq.redelivery.heap_trim import HeapTrim
 from kmq.redelivery.marker_fold import MarkerFold
 from kmq.redelivery.markers_group import MarkersGroup
 from kmq.redelivery.metrics import StatePublisher, TrackerMetrics
@@ -97,6 +98,7 @@ class RedeliveryTracker:
         self._stop = threading.Event()
         self._fatal: KmqError | None = None
         self._gc = RebuildGc()
+        self._heap = HeapTrim()
         self._owned = OwnedPartitions(config.use_now_if_no_marker_seen_ms, monotonic,
                                       lambda p: TopicPartition(topics.markers, p),
                                       writing=lambda p: self._redeliverer.writing(p))
@@ -162,9 +164,10 @@ class RedeliveryTracker:
     def _poll_iteration(self) -> None:
         """1. read markers into the partitions' states; 2. start pending partitions, open the catch-up gates;
         3. fire what expired; 4. move redeliveries on; 5. commit, publish, and look at the group."""
-        self._group.records_read(self._fold.fold(self._group.consume(self._wait_s())))
+        read = self._fold.fold(self._group.consume(self._wait_s()))
+        self._group.records_read(read)
         self._expiry.read_probe_answers()
-        self._fold.fold(self._owned.init_pending(self._group.consumer))
+        self._heap.folded(read + self._fold.fold(self._owned.init_pending(self._group.consumer)))
         self._open_gates()
         for attempt in self._expiry.fire():
             self._redeliverer.submit(attempt)

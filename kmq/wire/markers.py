@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from kmq.errors import MarkerDecodeError
 from kmq.wire import MessageId
 from kmq.wire._proto import kmq_marker_pb2 as pb
+from kmq.wire.marker_bytes import PlainFields, read_plain
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -133,6 +134,24 @@ def parse_with_id(data: bytes | None) -> tuple[pb.Marker, int, MessageId]:
     if partition < 0 or offset < 0:
         raise MarkerDecodeError("negative message_id", data)
     return msg, kind, _new_id(MessageId, (partition, offset))
+
+
+def plain_fields(data: bytes | None) -> PlainFields:
+    """A per-message marker's fields as a tracker folds them (``kmq.wire.marker_bytes.PlainFields``); raises
+    MarkerDecodeError like ``decode``. Reads the bytes directly when they have the shape every writer gives
+    (``read_plain``), else through protobuf, which is the reference for both."""
+    fields = read_plain(data) if data else None
+    return fields if fields is not None else plain_fields_of_protobuf(data)
+
+
+def plain_fields_of_protobuf(data: bytes | None) -> PlainFields:
+    """``plain_fields`` read through protobuf: the reference ``read_plain`` is held equal to."""
+    msg, kind, message_id = parse_with_id(data)
+    first = msg.first_message_id if msg.HasField("first_message_id") else None
+    return (kind, message_id, msg.redeliver_after_ms, msg.key, msg.value,
+            tuple((h.key, h.value) for h in msg.headers) if msg.headers else (), msg.delivery_count,
+            None if first is None else _new_id(MessageId, (first.partition, first.offset)), msg.enqueued_at_ms,
+            msg.reason)
 
 
 #: MessageId's own constructor is a Python function; the tuple's is not (same value).

@@ -287,6 +287,16 @@ def test_marker_bytes(mid: MessageId, after: int, key: bytes, value: bytes, coun
     assert compiled == source
 
 
+@given(st.binary(max_size=40) | st.builds(
+    lambda mid, after, key, value, count, first: compiled_marker_bytes.encode_start(
+        mid, after, key, value, delivery_count=count, first_message_id=first, enqueued_at_ms=0, headers=()),
+    any_ids, st.integers(0, 2**64 - 1), st.binary(max_size=6), st.binary(max_size=20), st.integers(0, 2**32),
+    st.none() | any_ids))
+def test_read_plain(data: bytes) -> None:
+    compiled, source = both(lambda side: side.read_plain(data), compiled_marker_bytes)
+    assert compiled == source
+
+
 @given(st.binary(max_size=40))
 def test_marker_batch_malformed(tail: bytes) -> None:
     for prefix in (compiled_marker_batch.BATCH_PREFIX, compiled_marker_batch.REFS_PREFIX, b"\x00kq", b""):

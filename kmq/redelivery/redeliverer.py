@@ -30,7 +30,7 @@ from kmq.redelivery.in_flight import InFlight
 from kmq.redelivery.record_reader import Failed, Found, Outcome
 from kmq.topic_sets import TopicSet
 from kmq.wire import MessageId
-from kmq.wire.marker_batch import encode_settles
+from kmq.wire.marker_batch import EndEntry, encode_ends
 from kmq.wire.markers import EndReason, Marker, MarkerType, encode
 
 log: structlog.typing.FilteringBoundLogger = structlog.get_logger(__name__)
@@ -194,27 +194,26 @@ class Redeliverer:
 
     # END
 
-    def _end_marker(self, attempt: Attempt) -> Marker:
+    def _end(self, attempt: Attempt) -> EndEntry:
         if attempt.purged:
-            return Marker(MarkerType.END, attempt.item.message_id, end_reason=EndReason.REJECTED,
-                          reason=wire.PURGED_REASON, client_id=self._client_id)
+            return attempt.item.message_id, EndReason.REJECTED, wire.PURGED_REASON
         reason = EndReason.DEAD_LETTERED if attempt.dead_letter else EndReason.REDELIVERED
-        return Marker(MarkerType.END, attempt.item.message_id, end_reason=reason, client_id=self._client_id,
-                      reason=wire.UNREADABLE_REASON if attempt.unreadable else "")
+        return attempt.item.message_id, reason, wire.UNREADABLE_REASON if attempt.unreadable else ""
 
     def _write_ends(self) -> None:
         ends, self._ends = self._ends, []
         if not self._batched:
             for attempt in ends:
-                self._produce(self._markers, self._topics.markers, encode(self._end_marker(attempt)),
-                              attempt.item.key, [attempt])
+                message_id, end_reason, reason = self._end(attempt)
+                end = Marker(MarkerType.END, message_id, end_reason=end_reason, reason=reason,
+                             client_id=self._client_id)
+                self._produce(self._markers, self._topics.markers, encode(end), attempt.item.key, [attempt])
             return
         by_key: dict[bytes, list[Attempt]] = defaultdict(list)
         for attempt in ends:
             by_key[attempt.item.key].append(attempt)
         for key, attempts in by_key.items():
-            value = encode_settles(key, 0, others=[self._end_marker(a) for a in attempts],
-                                   client_id=self._client_id)
+            value = encode_ends(key, [self._end(a) for a in attempts], client_id=self._client_id)
             self._produce(self._markers, self._topics.markers, value, key, attempts)
 
     # completions and retries

@@ -115,6 +115,22 @@ def encode_settles(key: bytes, redeliver_after_ms: int, *, keep_alives: Sequence
     return (OWNED_PREFIX if owner_tracked else BATCH_PREFIX) + batch.SerializeToString()
 
 
+#: An End with a reason, as ``encode_ends`` takes it: the message, why it ended, the reason's text.
+EndEntry = tuple[MessageId, EndReason, str]
+
+
+def encode_ends(key: bytes, ends: Sequence[EndEntry], client_id: str = "") -> bytes:
+    """``encode_settles`` of Ends with a reason only (a tracker's, once its copies are written), each from its
+    fields instead of a Marker: the same bytes (``tests/unit/test_marker_batch.py``) at half the cost."""
+    batch = _header(key, 0, client_id, "")
+    add = batch.settles.add
+    for message_id, end_reason, reason in ends:
+        if end_reason not in _END_KINDS:
+            raise ValueError(f"not a settle with a reason: END/{end_reason.name}")
+        add(kind=_END_KINDS[end_reason], partition=message_id.partition, offset=message_id.offset, reason=reason)
+    return BATCH_PREFIX + batch.SerializeToString()
+
+
 def encode_clock_probe(client_id: str) -> bytes:
     """A record with no entries: a tracker writes one to a markers partition it has just caught up on, to learn
     the broker's time there from its delivery report (LogAppendTime). Every reader finds nothing in it."""

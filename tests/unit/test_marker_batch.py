@@ -16,6 +16,7 @@ from kmq.wire.marker_batch import (
     decode_batch,
     decode_record,
     encode_clock_probe,
+    encode_ends,
     encode_settles,
     encode_starts,
     is_batch,
@@ -50,6 +51,18 @@ releases = st.builds(lambda mid, delay, why: Marker(MarkerType.KEEPALIVE, mid, d
 ends = st.builds(lambda mid, why, text: Marker(MarkerType.END, mid, end_reason=why, reason=text),
                  message_ids, st.sampled_from([EndReason.REJECTED, EndReason.REDELIVERED, EndReason.DEAD_LETTERED]),
                  st.text(max_size=20))
+
+
+@given(keys, st.lists(ends, max_size=20), st.text(max_size=10))
+def test_ends_from_their_fields_are_the_bytes_of_their_markers(key: bytes, markers: list[Marker],
+                                                              client_id: str) -> None:
+    assert encode_ends(key, [(m.message_id, m.end_reason, m.reason) for m in markers], client_id) == encode_settles(
+        key, 0, others=markers, client_id=client_id)
+
+
+def test_an_end_without_a_reason_kind_is_refused_as_in_encode_settles() -> None:
+    with pytest.raises(ValueError, match="END/ACKED"):
+        encode_ends(b"q", [(MessageId(0, 1), EndReason.ACKED, "")])
 
 
 @given(keys, afters, st.lists(message_ids, max_size=20), st.lists(message_ids, max_size=20),
